@@ -1,0 +1,30 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench install clean
+
+$(PY):
+	@$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	@echo "setting up $(VENV) (first run only)..."
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	@$(PY) -m pytest
+
+demo: $(STAMP)
+	@$(PY) -m pldlib.demo
+
+bench: $(STAMP)
+	@$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,32 @@
+"""pldlib: certified numerical differential-privacy accounting.
+
+Public API (thin re-exports over the modules that hold the maths):
+
+* mechanisms: :class:`Gaussian`, :class:`Laplace`, :class:`RandomizedResponse`,
+  :class:`ApproxDP`, :class:`Custom`
+* accounting: :func:`account` -> accountant with ``.epsilon(delta)`` and
+  ``.delta(epsilon)`` returning :class:`Interval` (lower, upper)
+* building blocks: :mod:`pldlib.profiles` (hockey-stick curves),
+  :mod:`pldlib.discretize` (connect-the-dots, convex hull, privacy buckets),
+  :mod:`pldlib.composition` (certified FFT composition), :mod:`pldlib.pld`.
+"""
+from .accountant import Interval, PLDAccountant, PrecisionLimitError, account
+from .composition import GridTooLargeError
+from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, Mechanism, RandomizedResponse
+from .profiles import (
+    GaussianProfile,
+    LaplaceProfile,
+    FiniteProfile,
+    PrivacyProfile,
+    approx_dp_profile,
+    randomized_response_profile,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "account", "Interval", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
+    "Mechanism", "Gaussian", "Laplace", "RandomizedResponse", "ApproxDP", "Custom",
+    "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",
+    "randomized_response_profile", "approx_dp_profile", "__version__",
+]

@@ -1,0 +1,100 @@
+"""Argument validation shared by the public API and the CLIs.
+
+Every check raises :class:`ValueError` (or :class:`TypeError`) whose message
+names the offending argument and says why it was rejected.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+
+import numpy as np
+
+SAMPLINGS = ("none", "poisson", "wor")
+RELATIONS = ("add", "remove", "add_remove", "substitution")
+
+
+def positive_finite(name: str, value) -> float:
+    """A finite real number > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {v!r}")
+    return v
+
+
+def nonnegative_finite(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
+    return v
+
+
+def probability_open(name: str, value) -> float:
+    """A number strictly inside (0, 1), e.g. a target delta."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not (0.0 < v < 1.0):
+        raise ValueError(f"{name} must be in (0, 1), got {v!r}")
+    return v
+
+
+def sampling_rate(name: str, value) -> float:
+    """A sampling probability in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not (0.0 < v <= 1.0):
+        raise ValueError(f"{name} must be in (0, 1], got {v!r}")
+    return v
+
+
+def steps(name: str, value) -> int:
+    """An integer >= 1 (floats that are whole numbers are accepted)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        v = int(value)
+    elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        v = int(value)
+    else:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v}")
+    return v
+
+
+def choice(name: str, value, options: Iterable[str]) -> str:
+    options = tuple(options)
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}")
+    return value
+
+
+def delta_array(name: str, values) -> np.ndarray:
+    """A non-empty 1-d array of deltas, each in (0, 1)."""
+    arr = np.atleast_1d(np.asarray(values, dtype=float))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty list of numbers")
+    bad = ~((arr > 0) & (arr < 1))
+    if bad.any():
+        raise ValueError(f"{name} must be in (0, 1), got {arr[bad][0]!r}")
+    return arr
+
+
+def epsilon_array(name: str, values) -> np.ndarray:
+    """A non-empty 1-d array of finite epsilons (negative values allowed)."""
+    arr = np.atleast_1d(np.asarray(values, dtype=float))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty list of numbers")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise ValueError(f"{name} must be finite, got {arr[bad][0]!r}")
+    return arr

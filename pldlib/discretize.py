@@ -1,0 +1,244 @@
+"""From a privacy profile to a discrete PLD on a uniform grid (MATH.md section 3).
+
+Three discretisations, each with a stated direction:
+
+* :func:`connect_the_dots` -- pessimistic, the best pessimistic PLD on the grid
+  (seed 000, Algorithm 1).  Implemented from interval masses, which is the same
+  algebra as the slope formula of MATH.md 3.1 but avoids its second differences:
+  the mass of L in each cell (eps_{i-1}, eps_i] is split between the two ends so
+  that both its P-mass and its Q-mass are kept, i.e. the right end receives
+  ``E / (1 - e^{-h})`` with ``E = P(cell) - e^{eps_{i-1}} Q(cell)``.  The curve of
+  the result equals the true curve at every grid point and is linear in e^eps
+  in between, hence lies above it (convexity).
+* :func:`convex_hull_optimistic` -- optimistic: tangents at neighbouring grid
+  points evaluated at each grid point, lower convex hull, then the
+  connect-the-dots formulas on the hull values (seed 000, Algorithm 2).
+  The hull lies under the true curve and is itself a valid hockey-stick curve.
+* :func:`privacy_buckets` -- the classic rounding of losses up (pessimistic) or
+  down (optimistic); kept only as a comparison baseline.
+
+Every function also returns, in ``DiscretePLD.mass_err``, a bound on the
+floating-point error of each mass; the composition adds it on the pessimistic
+side and subtracts it on the optimistic side, so round-off cannot push a
+bound to the wrong side.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .pld import DiscretePLD
+from .profiles import PrivacyProfile
+
+__all__ = ["Grid", "grid_for", "connect_the_dots", "convex_hull_optimistic", "privacy_buckets"]
+
+_U = np.finfo(float).eps / 2  # unit round-off
+MAX_SINGLE_LOSS = 700.0  # e^eps must stay finite in the alpha-form formulas
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Grid points eps_i = (start + i) * h, i = 0..n (n + 1 points)."""
+
+    h: float
+    start: int
+    n: int
+
+    @property
+    def eps(self) -> np.ndarray:
+        return (self.start + np.arange(self.n + 1)) * self.h
+
+
+def grid_for(profile: PrivacyProfile, h: float, tail: float) -> Grid:
+    """The grid of spacing h covering the loss range of ``profile`` up to ``tail`` mass.
+
+    The grid always contains eps = 0 strictly inside, as the hull construction needs.
+    """
+    lo, hi = profile.eps_bounds(tail)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError("the privacy loss range of this profile is not finite at the requested tail")
+    if max(abs(lo), abs(hi)) > MAX_SINGLE_LOSS:
+        raise OverflowError(
+            f"single-step privacy loss reaches {max(abs(lo), abs(hi)):.3g}, beyond the "
+            f"supported {MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise"
+        )
+    start = min(int(math.floor(lo / h)), -1)
+    stop = max(int(math.ceil(hi / h)), 1)
+    return Grid(h=h, start=start, n=stop - start)
+
+
+def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -> DiscretePLD:
+    masses = np.maximum(np.asarray(masses, dtype=float), 0.0)
+    mass_err = np.maximum(np.asarray(mass_err, dtype=float), 0.0)
+    nz = np.nonzero(masses + mass_err)[0]
+    if nz.size == 0:  # all mass at +inf (or dropped)
+        nz = np.array([0])
+    i0, i1 = nz[0], nz[-1] + 1
+    return DiscretePLD(
+        h=grid.h,
+        start=grid.start + int(i0),
+        masses=masses[i0:i1].copy(),
+        p_inf=float(p_inf),
+        pessimistic=pessimistic,
+        mass_err=mass_err[i0:i1].copy(),
+    )
+
+
+#: relative accuracy assumed of a profile's sf/cdf values (scipy's ndtr is ~1e-15)
+SF_REL_ACCURACY = 16 * _U
+
+
+def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
+    """Pessimistic PLD whose curve interpolates the true curve at the grid points.
+
+    Guarantee: pessimistic.  Round-off in the split of a cell between its two
+    ends is resolved towards the right end (pessimistic), so the masses
+    themselves keep total 1; ``mass_err`` bounds the remaining round-off of
+    the cell masses, which the composition adds on the pessimistic side.
+    """
+    eps = grid.eps
+    h = grid.h
+    x = np.exp(eps)
+    a, b = eps[:-1], eps[1:]
+    P, Q = profile.interval_masses(a, b)
+    # sizes of the sf/cdf values each cell mass was differenced from
+    sp = np.minimum(profile.sf_p(a), profile.cdf_p(b))
+    sq = np.minimum(profile.sf_q(a), profile.cdf_q(b))
+    eP = 2 * SF_REL_ACCURACY * sp + 2 * _U * P
+    eQ = 2 * SF_REL_ACCURACY * sq + 2 * _U * Q
+    # E = P(cell) - e^{a} Q(cell) = int_cell (e^L - e^a) dQ  in [0, (e^b - e^a) Q(cell)]
+    E = P - x[:-1] * Q
+    eE = eP + x[:-1] * eQ + 2 * _U * (P + x[:-1] * Q)
+    one_minus = -math.expm1(-h)
+    right = np.clip((E + eE) / one_minus, 0.0, P)  # round the split to the right
+    left = P - right
+    masses = np.zeros(grid.n + 1)
+    masses[1:] += right
+    masses[:-1] += left
+    err = np.zeros(grid.n + 1)
+    err[1:] += eP
+    err[:-1] += eP
+    below = float(profile.cdf_p(eps[0]))
+    masses[0] += below
+    d_n = float(profile.delta(eps[-1]))
+    beyond = max(float(profile.sf_p(eps[-1])) - d_n, 0.0)  # = e^{eps_n} Q(L > eps_n)
+    masses[-1] += beyond
+    err[0] += SF_REL_ACCURACY * below
+    err[-1] += SF_REL_ACCURACY * (beyond + d_n)
+    p_inf = d_n * (1 + SF_REL_ACCURACY)
+    return _finite_pld(masses, grid, p_inf, True, err)
+
+
+def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np.ndarray:
+    """Lower convex hull of points (px, py) (px strictly increasing), evaluated at x_eval.
+
+    Points lying above the chord of their neighbours are removed in vectorised
+    passes (each removed point is provably not a vertex of the lower hull) until
+    the remaining sequence is convex.
+    """
+    keep = np.ones(px.size, dtype=bool)
+    xs, ys = px, py
+    for _ in range(10_000):
+        dx = np.diff(xs)
+        slope = np.diff(ys) / dx
+        # point j (1..m-2) violates convexity if slope[j-1] > slope[j]
+        bad = np.zeros(xs.size, dtype=bool)
+        bad[1:-1] = slope[:-1] > slope[1:]
+        if not bad.any():
+            break
+        xs, ys = xs[~bad], ys[~bad]
+    else:  # pragma: no cover - extremely non-convex inputs
+        raise RuntimeError("convex hull did not converge")
+    return np.interp(x_eval, xs, ys)
+
+
+def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
+    """Optimistic PLD from tangents + lower convex hull (seed 000, Algorithm 2).
+
+    In alpha form (alpha = e^eps): candidate values at each grid point are the
+    tangent of h at the neighbouring grid point on the side away from alpha = 1
+    (left neighbour for alpha < 1, right neighbour for alpha > 1, both at 1),
+    (0, 1) at alpha = 0 and h(inf) = P(L = inf) at the last point.  Each
+    candidate lies below h, so their lower convex hull does too; tangents of
+    slope in [-1, 0] keep it >= max(0, 1 - alpha).  Guarantee: optimistic.
+    """
+    eps = grid.eps
+    x = np.exp(eps)
+    n = grid.n
+    hv = profile.delta(eps)
+    s = profile.sf_q(eps)  # -h'(alpha) (right derivative)
+    istar = -grid.start  # index of eps = 0
+    c = np.empty(n + 1)
+    # alpha < 1: tangent at the left neighbour (alpha_{-1} = 0 with h(0) = 1, h'(0+) = -Q(L > -inf))
+    s_left0 = float(profile.sf_q(-np.inf))
+    prev_h = np.concatenate([[1.0], hv[:-1]])
+    prev_s = np.concatenate([[s_left0], s[:-1]])
+    prev_x = np.concatenate([[0.0], x[:-1]])
+    left_tan = prev_h - prev_s * (x - prev_x)
+    next_h = np.concatenate([hv[1:], [profile.p_inf]])
+    next_s = np.concatenate([s[1:], [0.0]])
+    next_x = np.concatenate([x[1:], [np.inf]])
+    with np.errstate(invalid="ignore"):
+        right_tan = next_h + next_s * (next_x - x)
+    c[:istar] = left_tan[:istar]
+    c[istar] = min(left_tan[istar], right_tan[istar])
+    c[istar + 1 : n] = right_tan[istar + 1 : n]
+    c[n] = profile.p_inf
+    c = np.minimum(c, hv)  # a candidate never needs to exceed the curve itself
+    px = np.concatenate([[0.0], x])
+    py = np.concatenate([[1.0], c])
+    v = _lower_hull_values(px, py, x)
+    v = np.minimum(v, hv)
+    # round-off of the curve values: relative u (2 + |ln d|) from log-space evaluation
+    with np.errstate(divide="ignore"):
+        dv_err = 4 * _U * (2.0 + np.abs(np.log(np.maximum(v, 1e-320)))) * v + SF_REL_ACCURACY * v
+    masses, p_inf, abs_err = _ctd_from_values(x, v, dv_err)
+    return _finite_pld(masses, grid, p_inf, False, abs_err)
+
+
+def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):
+    """Connect-the-dots masses from curve values d_i at alpha_i = x_i (MATH.md 3.1).
+
+    B_{-1} = (1 - d_0)/x_0, B_{i-1} = (d_{i-1} - d_i)/(x_i - x_{i-1}), B_n = 0,
+    m_i = x_i (B_{i-1} - B_i), p_inf = d_n.  Returns masses, p_inf and a bound on
+    the absolute round-off of each mass given bounds ``d_err`` on the values.
+    """
+    dx = np.diff(x)
+    B = np.empty(x.size + 1)
+    B[0] = (1.0 - d[0]) / x[0]
+    B[1:-1] = (d[:-1] - d[1:]) / dx
+    B[-1] = 0.0
+    B = np.maximum(B, 0.0)
+    m = x * (B[:-1] - B[1:])
+    # |error of B_j| <= 4u (|d_j| + |d_{j+1}|) / dx_j + 2u B_j
+    eB = np.empty_like(B)
+    eB[0] = (4.0 * _U * (1.0 + d[0]) + d_err[0]) / x[0]
+    eB[1:-1] = (d_err[:-1] + d_err[1:] + 2.0 * _U * (np.abs(d[:-1]) + np.abs(d[1:]))) / dx + 4.0 * _U * B[1:-1]
+    eB[-1] = 0.0
+    abs_err = x * (eB[:-1] + eB[1:]) + 2.0 * _U * np.abs(m)
+    return np.maximum(m, 0.0), float(d[-1]), abs_err
+
+
+def privacy_buckets(profile: PrivacyProfile, grid: Grid, pessimistic: bool) -> DiscretePLD:
+    """Privacy buckets (baseline): round each loss up (pessimistic) or down (optimistic)."""
+    eps = grid.eps
+    P, _ = profile.interval_masses(eps[:-1], eps[1:])
+    masses = np.zeros(grid.n + 1)
+    beyond_finite = max(float(profile.sf_p(eps[-1])) - profile.p_inf, 0.0)
+    if pessimistic:
+        masses[1:] += P
+        masses[0] += float(profile.cdf_p(eps[0]))
+        p_inf = profile.p_inf + beyond_finite
+    else:
+        masses[:-1] += P
+        masses[-1] += beyond_finite
+        p_inf = profile.p_inf
+    err = np.zeros(grid.n + 1)
+    if pessimistic:
+        err[1:] += 2 * SF_REL_ACCURACY * np.minimum(profile.sf_p(eps[:-1]), profile.cdf_p(eps[1:]))
+    else:
+        err[:-1] += 2 * SF_REL_ACCURACY * np.minimum(profile.sf_p(eps[:-1]), profile.cdf_p(eps[1:]))
+    err += SF_REL_ACCURACY * masses
+    return _finite_pld(masses, grid, p_inf, pessimistic, err)

@@ -1,0 +1,370 @@
+"""Privacy profiles: the hockey-stick maths of single-step dominating pairs.
+
+A *profile* describes one pair of distributions (P, Q) through its privacy
+loss L = ln dP/dQ (MATH.md section 0).  Everything downstream -- connect-the-dots
+and convex-hull PLDs, composition, Monte Carlo, CGFs -- is derived from four
+survival/distribution functions of L, which every profile implements
+accurately in both tails:
+
+    sf_p(eps)  = P(L > eps)        cdf_p(eps) = P(L <= eps)   (excludes L = +inf)
+    sf_q(eps)  = Q(L > eps)        cdf_q(eps) = Q(L <= eps)   (includes L = -inf)
+
+and ``p_inf = P(L = +inf)``.  From them:
+
+    delta(eps)       = P(L > eps) - e^eps Q(L > eps)          (hockey stick, any real eps)
+    delta'(eps)      = -e^eps Q(L > eps)
+    h(alpha)         = delta(ln alpha)                          (alpha form, seed 000)
+
+Profiles here are *exact* descriptions of a pair; discretisation error and
+its direction (pessimistic / optimistic) are the business of
+:mod:`pldlib.discretize`.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+
+import numpy as np
+from scipy import special
+
+from . import _validate as V
+
+__all__ = [
+    "PrivacyProfile",
+    "GaussianProfile",
+    "LaplaceProfile",
+    "FiniteProfile",
+    "randomized_response_profile",
+    "approx_dp_profile",
+]
+
+
+def _as_array(eps) -> np.ndarray:
+    return np.asarray(eps, dtype=float)
+
+
+class PrivacyProfile(ABC):
+    """The privacy profile of one pair (P, Q); see the module docstring.
+
+    Subclasses implement :meth:`sf_p`, :meth:`sf_q` and, where the naive
+    complement loses accuracy in the left tail, :meth:`cdf_p` and
+    :meth:`cdf_q`.  All methods are vectorised over ``eps``.
+    """
+
+    #: P(L = +inf): mass of outputs that Q cannot produce.
+    p_inf: float = 0.0
+
+    # -- distribution of the privacy loss ---------------------------------
+    @abstractmethod
+    def sf_p(self, eps):
+        """P(L > eps), the +inf atom included (so ``sf_p(large) -> p_inf``)."""
+
+    @abstractmethod
+    def sf_q(self, eps):
+        """Q(L > eps)."""
+
+    def cdf_p(self, eps):
+        """P(L <= eps) (the +inf atom excluded)."""
+        return 1.0 - self.sf_p(eps)
+
+    def cdf_q(self, eps):
+        """Q(L <= eps), including the Q-mass where P = 0 (L = -inf)."""
+        return 1.0 - self.sf_q(eps)
+
+    # -- hockey-stick curve -----------------------------------------------
+    def delta(self, eps):
+        """Hockey-stick divergence delta(eps) = H_{e^eps}(P || Q), any real eps."""
+        eps = _as_array(eps)
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = self.sf_p(eps) - np.exp(eps) * self.sf_q(eps)
+        return np.clip(d, 0.0, 1.0)
+
+    def delta_prime(self, eps):
+        """Derivative d delta / d eps = -e^eps Q(L > eps) (right derivative at atoms)."""
+        eps = _as_array(eps)
+        with np.errstate(over="ignore"):
+            return -np.exp(eps) * self.sf_q(eps)
+
+    def interval_masses(self, a, b):
+        """(P(a < L <= b), Q(a < L <= b)) for arrays a < b, accurate in both tails.
+
+        Differences are taken of the survival function where it is small and
+        of the distribution function otherwise, so tiny interval masses keep
+        their relative accuracy.
+        """
+        a = _as_array(a)
+        b = _as_array(b)
+        sp_a, sp_b = self.sf_p(a), self.sf_p(b)
+        cp_a, cp_b = self.cdf_p(a), self.cdf_p(b)
+        p = np.where(sp_a - self.p_inf < 0.5, sp_a - sp_b, cp_b - cp_a)
+        sq_a, sq_b = self.sf_q(a), self.sf_q(b)
+        cq_a, cq_b = self.cdf_q(a), self.cdf_q(b)
+        q = np.where(sq_a < 0.5, sq_a - sq_b, cq_b - cq_a)
+        return np.maximum(p, 0.0), np.maximum(q, 0.0)
+
+    # -- support ----------------------------------------------------------
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        """(lo, hi) with P(L <= lo) <= tail and P(hi < L < inf) <= tail.
+
+        Generic version: bracketing + bisection on the monotone sf/cdf.
+        Subclasses with closed forms override it.
+        """
+        def find(fn, target, direction):
+            x = 1.0
+            # expand until the bracket holds
+            for _ in range(200):
+                v = float(fn(direction * x))
+                if v <= target:
+                    break
+                x *= 2.0
+            else:
+                raise ValueError("could not bracket the support of the privacy loss")
+            lo_, hi_ = 0.0, x
+            for _ in range(200):
+                mid = 0.5 * (lo_ + hi_)
+                if float(fn(direction * mid)) <= target:
+                    hi_ = mid
+                else:
+                    lo_ = mid
+                if hi_ - lo_ <= 1e-12 * max(1.0, hi_):
+                    break
+            return direction * hi_
+
+        hi = find(lambda e: self.sf_p(e) - self.p_inf, tail, +1.0)
+        lo = find(lambda e: self.cdf_p(e), tail, -1.0)
+        return lo, hi
+
+    def reversed(self) -> "PrivacyProfile":
+        """The profile of the reversed pair (Q, P): delta_{Q||P}(eps) = 1 - e^eps + e^eps delta(-eps)."""
+        return ReversedProfile(self)
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class ReversedProfile(PrivacyProfile):
+    """The pair (Q, P) of a given profile: its loss is -L with the roles of P, Q swapped.
+
+    Under Q, -L > eps  <=>  L < -eps, so sf_Q'(eps) := P'(L' > eps) = Q(L < -eps).
+    """
+
+    def __init__(self, base: PrivacyProfile):
+        self.base = base
+        # P' = Q; L' = +inf where P = 0, i.e. Q-mass at L = -inf
+        self.p_inf = float(base.cdf_q(-np.inf))
+
+    def sf_p(self, eps):
+        # P'(L' > eps) = Q(L < -eps) = Q(L <= -eps) - Q(L = -eps) ; continuous parts only
+        eps = _as_array(eps)
+        return self.base.cdf_q(np.nextafter(-eps, -np.inf))
+
+    def cdf_p(self, eps):
+        eps = _as_array(eps)
+        return self.base.sf_q(np.nextafter(-eps, -np.inf))
+
+    def sf_q(self, eps):
+        eps = _as_array(eps)
+        return self.base.cdf_p(np.nextafter(-eps, -np.inf))
+
+    def cdf_q(self, eps):
+        eps = _as_array(eps)
+        return self.base.sf_p(np.nextafter(-eps, -np.inf))
+
+
+class GaussianProfile(PrivacyProfile):
+    """Pair (N(0, s^2), N(D, s^2)) with s = sigma * D; r = D / s = 1 / sigma.
+
+    Under P, L ~ N(r^2/2, r^2); under Q, L ~ N(-r^2/2, r^2) (MATH.md section 1):
+        delta(eps) = Phi(-eps/r + r/2) - e^eps Phi(-eps/r - r/2),
+    evaluated with ``log_ndtr`` so the tails keep their relative accuracy.
+    k-fold composition is the same profile with r * sqrt(k).
+    """
+
+    def __init__(self, sigma: float, sensitivity: float = 1.0):
+        self.sigma = V.positive_finite("sigma", sigma)
+        self.sensitivity = V.positive_finite("sensitivity", sensitivity)
+        # the pair depends only on the ratio noise / sensitivity
+        self.r = 1.0 / self.sigma
+        self.p_inf = 0.0
+
+    @classmethod
+    def from_r(cls, r: float) -> "GaussianProfile":
+        return cls(sigma=1.0 / V.positive_finite("r", r))
+
+    def _z(self, eps, under_p: bool):
+        mu = 0.5 * self.r**2 if under_p else -0.5 * self.r**2
+        return (_as_array(eps) - mu) / self.r
+
+    def sf_p(self, eps):
+        return special.ndtr(-self._z(eps, True))
+
+    def cdf_p(self, eps):
+        return special.ndtr(self._z(eps, True))
+
+    def sf_q(self, eps):
+        return special.ndtr(-self._z(eps, False))
+
+    def cdf_q(self, eps):
+        return special.ndtr(self._z(eps, False))
+
+    def log_delta(self, eps):
+        """ln delta(eps), accurate far into the right tail."""
+        eps = _as_array(eps)
+        la = special.log_ndtr(-self._z(eps, True))
+        lb = special.log_ndtr(-self._z(eps, False)) + eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return la + np.log(-np.expm1(np.minimum(lb - la, 0.0)))
+
+    def delta(self, eps):
+        with np.errstate(divide="ignore"):
+            return np.exp(self.log_delta(eps))
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        z = -special.ndtri(tail)
+        mu = 0.5 * self.r**2
+        return mu - z * self.r, mu + z * self.r
+
+
+class LaplaceProfile(PrivacyProfile):
+    """Pair (Lap(0, b), Lap(D, b)); a = D / b.
+
+    L = a for x <= 0, -a for x >= D, (D - 2x)/b in between.  For |eps| < a:
+        P(L > eps) = 1 - exp(-(a - eps)/2) / 2,   Q(L > eps) = exp(-(a + eps)/2) / 2,
+    so delta(eps) = 1 - exp((eps - a)/2) for 0 <= eps <= a and 0 above a
+    (MATH.md section 1).  Atoms: P(L = a) = 1/2, P(L = -a) = e^{-a}/2.
+    """
+
+    def __init__(self, scale: float, sensitivity: float = 1.0):
+        self.scale = V.positive_finite("scale", scale)
+        self.sensitivity = V.positive_finite("sensitivity", sensitivity)
+        self.a = self.sensitivity / self.scale
+        self.p_inf = 0.0
+
+    def _regions(self, eps):
+        eps = _as_array(eps)
+        a = self.a
+        return eps, eps < -a, eps >= a
+
+    def sf_p(self, eps):
+        eps, below, above = self._regions(eps)
+        with np.errstate(over="ignore"):
+            mid = 1.0 - 0.5 * np.exp(-(self.a - eps) / 2.0)
+        return np.where(below, 1.0, np.where(above, 0.0, mid))
+
+    def cdf_p(self, eps):
+        eps, below, above = self._regions(eps)
+        with np.errstate(over="ignore"):
+            mid = 0.5 * np.exp(-(self.a - eps) / 2.0)
+        return np.where(below, 0.0, np.where(above, 1.0, mid))
+
+    def sf_q(self, eps):
+        eps, below, above = self._regions(eps)
+        with np.errstate(over="ignore"):
+            mid = 0.5 * np.exp(-(self.a + eps) / 2.0)
+        return np.where(below, 1.0, np.where(above, 0.0, mid))
+
+    def cdf_q(self, eps):
+        eps, below, above = self._regions(eps)
+        with np.errstate(over="ignore"):
+            mid = 1.0 - 0.5 * np.exp(-(self.a + eps) / 2.0)
+        return np.where(below, 0.0, np.where(above, 1.0, mid))
+
+    def delta(self, eps):
+        eps = _as_array(eps)
+        a = self.a
+        with np.errstate(over="ignore"):
+            mid = -np.expm1((eps - a) / 2.0)
+            low = -np.expm1(eps)
+        return np.where(eps >= a, 0.0, np.where(eps >= -a, mid, low))
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        return -self.a, self.a
+
+
+class FiniteProfile(PrivacyProfile):
+    """A pair on finitely many outputs, given by its loss atoms.
+
+    Parameters
+    ----------
+    losses : array of finite privacy-loss values l_j
+    p_masses : P(L = l_j)
+    p_inf : P(L = +inf)
+
+    The Q-masses follow: Q(L = l_j) = p_j e^{-l_j}; the rest of Q sits at L = -inf.
+    """
+
+    def __init__(self, losses, p_masses, p_inf: float = 0.0):
+        losses = np.asarray(losses, dtype=float)
+        p = np.asarray(p_masses, dtype=float)
+        if losses.shape != p.shape or losses.ndim != 1 or losses.size == 0:
+            raise ValueError("losses and p_masses must be 1-d arrays of the same length")
+        if not np.all(np.isfinite(losses)):
+            raise ValueError("losses must be finite (use p_inf for the +inf atom)")
+        if np.any(p < 0) or p_inf < 0:
+            raise ValueError("masses must be >= 0")
+        total = p.sum() + p_inf
+        if abs(total - 1.0) > 1e-12:
+            raise ValueError(f"P-masses must sum to 1 (with p_inf), got {total!r}")
+        order = np.argsort(losses)
+        self.losses = losses[order]
+        self.p_masses = p[order]
+        self.q_masses = self.p_masses * np.exp(-self.losses)
+        if self.q_masses.sum() > 1.0 + 1e-12:
+            raise ValueError("the atoms give Q more than total mass 1: not a valid pair")
+        self.q_minus_inf = max(0.0, 1.0 - self.q_masses.sum())
+        self.p_inf = float(p_inf)
+        # right cumulative sums: index j -> mass of atoms with index >= j
+        self._p_right = np.concatenate([np.cumsum(self.p_masses[::-1])[::-1], [0.0]])
+        self._q_right = np.concatenate([np.cumsum(self.q_masses[::-1])[::-1], [0.0]])
+        self._p_left = np.concatenate([[0.0], np.cumsum(self.p_masses)])
+        self._q_left = np.concatenate([[0.0], np.cumsum(self.q_masses)])
+
+    def _idx_gt(self, eps):
+        # first atom with loss > eps
+        return np.searchsorted(self.losses, _as_array(eps), side="right")
+
+    def sf_p(self, eps):
+        return self._p_right[self._idx_gt(eps)] + self.p_inf
+
+    def cdf_p(self, eps):
+        return self._p_left[self._idx_gt(eps)]
+
+    def sf_q(self, eps):
+        return self._q_right[self._idx_gt(eps)]
+
+    def cdf_q(self, eps):
+        return self._q_left[self._idx_gt(eps)] + self.q_minus_inf
+
+    def delta(self, eps):
+        eps = _as_array(eps)
+        w = np.maximum(0.0, -np.expm1(eps[..., None] - self.losses))
+        return np.clip(self.p_inf + (self.p_masses * w).sum(axis=-1), 0.0, 1.0)
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        return float(self.losses[0]), float(self.losses[-1])
+
+
+def randomized_response_profile(eps0: float) -> FiniteProfile:
+    """Binary randomized response: P = (p, 1-p), Q = (1-p, p), p = e^eps0 / (1 + e^eps0).
+
+    delta(eps) = (e^eps0 - e^eps)_+ / (1 + e^eps0) for eps >= 0.
+    """
+    eps0 = V.positive_finite("eps0", eps0)
+    p = math.exp(eps0) / (1.0 + math.exp(eps0)) if eps0 < 700 else 1.0
+    return FiniteProfile([-eps0, eps0], [1.0 - p, p])
+
+
+def approx_dp_profile(eps0: float, delta0: float) -> FiniteProfile:
+    """The dominating pair of any (eps0, delta0)-DP mechanism (MATH.md section 1).
+
+    L = +inf w.p. delta0, +eps0 w.p. (1 - delta0) e^eps0 / (1 + e^eps0), -eps0 otherwise.
+    """
+    eps0 = V.nonnegative_finite("eps0", eps0)
+    if not (0.0 <= float(delta0) < 1.0):
+        raise ValueError(f"delta0 must be in [0, 1), got {delta0!r}")
+    delta0 = float(delta0)
+    p = 1.0 / (1.0 + math.exp(-eps0))
+    if eps0 == 0.0:
+        return FiniteProfile([0.0], [1.0 - delta0], p_inf=delta0)
+    return FiniteProfile([-eps0, eps0], [(1 - delta0) * (1 - p), (1 - delta0) * p], p_inf=delta0)
