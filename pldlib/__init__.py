@@ -12,7 +12,7 @@ Public API (thin re-exports over the modules that hold the maths):
 """
 from .accountant import Interval, PLDAccountant, PrecisionLimitError, account
 from .composition import GridTooLargeError
-from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, Mechanism, RandomizedResponse
+from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
 from .profiles import (
     GaussianProfile,
     LaplaceProfile,
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "account", "Interval", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
-    "Mechanism", "Gaussian", "Laplace", "RandomizedResponse", "ApproxDP", "Custom",
+    "Mechanism", "Gaussian", "Laplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",
     "randomized_response_profile", "approx_dp_profile", "__version__",
 ]

@@ -27,7 +27,7 @@ from .mechanisms import Mechanism
 __all__ = ["Interval", "account", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError"]
 
 #: round-off share of an answer above which it is recomputed with a tilt
-RETILT_SHARE = 1e-6
+RETILT_SHARE = 1e-4
 #: round-off share above which an answer is refused as not certifiable
 REFUSE_SHARE = 0.5
 
@@ -140,13 +140,15 @@ class PLDAccountant:
 
     # -- accuracy knob ----------------------------------------------------
     def _default_interval(self, per_comp) -> float:
-        """h = min(s_K / 500, sqrt(0.0067 * eps_typ / K)).
+        """h = min(s_K / 500, sqrt(0.0067 * eps_typ / K), edge / 2).
 
         Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
         side: a few times that), so the width after K steps is about
         0.75 K h^2; keeping it under 0.5% of a typical epsilon
         eps_typ = mean + 3 sd of the composed loss, and resolving the composed
-        spread s_K by 500 points, gives this rule.
+        spread s_K by 500 points, gives this rule.  ``edge`` is the distance from 0 to
+        the nearest edge of a single-step loss support (|ln(1-q)| for Poisson
+        remove): a coarser grid leaves the optimistic PLD nothing to work with.
         """
         best = math.inf
         n_labels = max(len(b) for b in per_comp)
@@ -154,6 +156,7 @@ class PLDAccountant:
             mean = var = 0.0
             K = 0
             widths = []
+            edges = []
             for (m, k), bl in zip(self.components, per_comp):
                 prof = bl[min(j, len(bl) - 1)].upper
                 lo, hi = prof.eps_bounds(1e-12)
@@ -164,9 +167,13 @@ class PLDAccountant:
                 var += k * v
                 K += k
                 widths.append(hi - lo)
+                # an optimistic PLD cannot resolve mass between 0 and a support edge
+                # closer than h (e.g. ln(1-q) for Poisson remove): keep h below half of it
+                edges.extend(abs(e) for e in (lo, hi) if e != 0.0 and math.isfinite(e))
             s = math.sqrt(max(var, 1e-300))
             eps_typ = max(mean + 3 * s, 1e-3)
-            h = min(s / 500.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0)
+            h = min(s / 500.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
+                    0.5 * min(edges, default=math.inf))
             best = min(best, h)
         return float(max(best, 1e-6))
 

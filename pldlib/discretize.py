@@ -131,6 +131,19 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     return _finite_pld(masses, grid, p_inf, True, err)
 
 
+def _monotone_chain(xs: np.ndarray, ys: np.ndarray):
+    """Lower hull by Andrew's monotone chain (fallback for long non-convex runs)."""
+    hx: list[float] = []
+    hy: list[float] = []
+    for x, y in zip(xs.tolist(), ys.tolist()):
+        while len(hx) >= 2 and (hy[-1] - hy[-2]) * (x - hx[-1]) >= (y - hy[-1]) * (hx[-1] - hx[-2]):
+            hx.pop()
+            hy.pop()
+        hx.append(x)
+        hy.append(y)
+    return np.array(hx), np.array(hy)
+
+
 def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np.ndarray:
     """Lower convex hull of points (px, py) (px strictly increasing), evaluated at x_eval.
 
@@ -138,19 +151,17 @@ def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np
     passes (each removed point is provably not a vertex of the lower hull) until
     the remaining sequence is convex.
     """
-    keep = np.ones(px.size, dtype=bool)
     xs, ys = px, py
-    for _ in range(10_000):
-        dx = np.diff(xs)
-        slope = np.diff(ys) / dx
-        # point j (1..m-2) violates convexity if slope[j-1] > slope[j]
+    for _ in range(64):
+        slope = np.diff(ys) / np.diff(xs)
+        # point j violates convexity if slope[j-1] > slope[j]
         bad = np.zeros(xs.size, dtype=bool)
         bad[1:-1] = slope[:-1] > slope[1:]
         if not bad.any():
             break
         xs, ys = xs[~bad], ys[~bad]
-    else:  # pragma: no cover - extremely non-convex inputs
-        raise RuntimeError("convex hull did not converge")
+    else:
+        xs, ys = _monotone_chain(xs, ys)
     return np.interp(x_eval, xs, ys)
 
 
@@ -186,6 +197,17 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     c[istar] = min(left_tan[istar], right_tan[istar])
     c[istar + 1 : n] = right_tan[istar + 1 : n]
     c[n] = profile.p_inf
+    # The two cells next to alpha = 1 use the best admissible tangent point instead of
+    # their far ends (a kink of h inside such a cell, e.g. at ln(1-q) for Poisson
+    # remove, would otherwise pull the candidate at alpha = 1 down to 0).  Each
+    # candidate stays under the tangent of its cell, so chords stay under h.
+    a, b = x[istar - 1], x[istar + 1]
+    tau_l = _best_tangent(profile, eps[istar - 1], 0.0, lambda t: t(a) >= 1.0 - a, keep_high=True)
+    tau_r = _best_tangent(profile, 0.0, eps[istar + 1], lambda t: t(b) >= 0.0, keep_high=False)
+    c[istar - 1] = min(c[istar - 1], tau_l(a)) if istar - 1 > 0 else min(c[istar - 1], max(tau_l(a), 0.0))
+    c[istar] = min(tau_l(1.0), tau_r(1.0))
+    if istar + 1 < n:
+        c[istar + 1] = min(c[istar + 1], tau_r(b))
     c = np.minimum(c, hv)  # a candidate never needs to exceed the curve itself
     px = np.concatenate([[0.0], x])
     py = np.concatenate([[1.0], c])
@@ -196,6 +218,29 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
         dv_err = 4 * _U * (2.0 + np.abs(np.log(np.maximum(v, 1e-320)))) * v + SF_REL_ACCURACY * v
     masses, p_inf, abs_err = _ctd_from_values(x, v, dv_err)
     return _finite_pld(masses, grid, p_inf, False, abs_err)
+
+
+def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool):
+    """Tangent line of h at alpha = e^tau, tau in [e_lo, e_hi], as far towards alpha = 1 as
+    ``admissible`` allows (bisection; admissibility is monotone in tau).  Returns T(alpha)."""
+
+    def tangent(tau):
+        h_t = float(profile.delta(tau))
+        s_t = float(profile.sf_q(tau))
+        x_t = math.exp(tau)
+        return lambda alpha: h_t - s_t * (alpha - x_t)
+
+    # keep_high: admissible at e_lo, look for the largest admissible tau; else mirror
+    good, bad = (e_lo, e_hi) if keep_high else (e_hi, e_lo)
+    if admissible(tangent(bad)):
+        return tangent(bad)
+    for _ in range(60):
+        mid = 0.5 * (good + bad)
+        if admissible(tangent(mid)):
+            good = mid
+        else:
+            bad = mid
+    return tangent(good)
 
 
 def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):

@@ -22,7 +22,8 @@ from .profiles import (
     randomized_response_profile,
 )
 
-__all__ = ["Mechanism", "Gaussian", "Laplace", "RandomizedResponse", "ApproxDP", "Custom", "Branch"]
+__all__ = ["Mechanism", "Gaussian", "Laplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
+           "Branch"]
 
 
 class Branch(NamedTuple):
@@ -86,6 +87,11 @@ class Gaussian(Mechanism):
         # only the ratio noise / sensitivity matters
         return GaussianProfile(sigma=self.sigma / sensitivity_factor)
 
+    def noise(self, sensitivity_factor: float = 1.0):
+        from .mixtures import GaussianNoise
+
+        return GaussianNoise(self.sigma, sensitivity_factor)
+
     @property
     def subsamplable(self) -> bool:
         return True
@@ -105,6 +111,43 @@ class Laplace(Mechanism):
 
     def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
         return LaplaceProfile(scale=self.scale, sensitivity=self.sensitivity * sensitivity_factor)
+
+    def noise(self, sensitivity_factor: float = 1.0):
+        from .mixtures import LaplaceNoise
+
+        return LaplaceNoise(self.scale, self.sensitivity * sensitivity_factor)
+
+    @property
+    def subsamplable(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class LatticeNoise(Mechanism):
+    """Additive noise on the integers with pmf ``pmf`` (offsets 0..m-1), sensitivity ``shift``.
+
+    A tiny exactly-representable mechanism, mainly for brute-force checks of the
+    subsampling table: every pair is a finite profile computed exactly.
+    """
+
+    pmf: tuple = ()
+    shift: int = 1
+
+    def __post_init__(self):
+        import numpy as np
+
+        arr = np.asarray(self.pmf, dtype=float)
+        if arr.ndim != 1 or arr.size < 2 or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-12:
+            raise ValueError("pmf must be a probability vector of length >= 2")
+        if int(self.shift) != self.shift or self.shift < 1:
+            raise ValueError("shift must be an integer >= 1")
+        super().__post_init__()
+
+    @property
+    def lattice_pmf(self):
+        import numpy as np
+
+        return np.asarray(self.pmf, dtype=float)
 
     @property
     def subsamplable(self) -> bool:

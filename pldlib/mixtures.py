@@ -1,0 +1,367 @@
+"""Profiles of subsampled pairs: mixtures of shifted base noises (MATH.md section 2).
+
+Poisson subsampling of an additive-noise mechanism with base noise B_c (B
+centred at c) gives pairs whose densities are mixtures of shifted copies of B:
+
+    remove:        P = (1-q) B_0 + q B_D,        Q = B_0
+    add:           the reversed pair of remove  (P = B_0, Q = (1-q) B_0 + q B_D)
+    substitution:  P = (1-q) B_0 + q B_D,        Q = (1-q) B_0 + q B_{-D}
+
+For Gaussian and Laplace noise the privacy loss L(x) is a non-decreasing
+function of the output x, so {L > eps} = {x > x_eps} for a threshold x_eps and
+
+    P(L > eps) = sum_i a_i sf_B(x_eps - c_i),   Q(L > eps) = sum_j b_j sf_B(x_eps - d_j),
+
+which keeps full relative accuracy in both tails.  For remove the threshold is
+closed form: with g(x) = ln dB_D/dB_0 (x) and t = ln((e^eps - (1-q))/q),
+x_eps = g^{-1}(t) (MATH.md section 2); for substitution it is found by
+bisection.  :class:`MaxProfile` is the point-wise maximum of two curves (WOR
+substitution, an upper bound); :func:`finite_mixture_profile` does the same
+constructions exactly for a finite (lattice) noise, for brute-force checks.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special
+
+from .profiles import FiniteProfile, PrivacyProfile, _as_array
+
+__all__ = [
+    "GaussianNoise",
+    "LaplaceNoise",
+    "MixtureProfile",
+    "MaxProfile",
+    "poisson_remove",
+    "poisson_add",
+    "poisson_substitution",
+    "finite_mixture_profile",
+]
+
+
+# -- base noises: sf/cdf of B_0 and the log-likelihood ratio g(x) = ln dB_D/dB_0 ----------
+
+class GaussianNoise:
+    """N(0, s^2) with shift D: g(x) = (2 x D - D^2) / (2 s^2) (increasing, unbounded)."""
+
+    def __init__(self, s: float, D: float):
+        self.s, self.D = float(s), float(D)
+        self.g_min, self.g_max = -np.inf, np.inf
+
+    def sf(self, x):
+        return special.ndtr(-_as_array(x) / self.s)
+
+    def cdf(self, x):
+        return special.ndtr(_as_array(x) / self.s)
+
+    def log_sf(self, x):
+        return special.log_ndtr(-_as_array(x) / self.s)
+
+    def log_cdf(self, x):
+        return special.log_ndtr(_as_array(x) / self.s)
+
+    def g(self, x):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (2 * _as_array(x) * self.D - self.D**2) / (2 * self.s**2)
+
+    def g_inv(self, t):
+        """x with g(x) = t."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.s**2 / self.D * _as_array(t) + self.D / 2
+
+    def sample(self, rng, n):
+        return rng.normal(0.0, self.s, n)
+
+
+class LaplaceNoise:
+    """Lap(0, b) with shift D: g(x) = clip((2x - D)/b, -D/b, D/b) (non-decreasing)."""
+
+    def __init__(self, b: float, D: float):
+        self.b, self.D = float(b), float(D)
+        self.g_min, self.g_max = -self.D / self.b, self.D / self.b
+
+    def sf(self, x):
+        x = _as_array(x) / self.b
+        with np.errstate(over="ignore"):
+            return np.where(x >= 0, 0.5 * np.exp(-np.abs(x)), 1.0 - 0.5 * np.exp(-np.abs(x)))
+
+    def cdf(self, x):
+        x = _as_array(x) / self.b
+        with np.errstate(over="ignore"):
+            return np.where(x < 0, 0.5 * np.exp(-np.abs(x)), 1.0 - 0.5 * np.exp(-np.abs(x)))
+
+    def log_sf(self, x):
+        x = _as_array(x) / self.b
+        with np.errstate(over="ignore", divide="ignore"):
+            return np.where(x >= 0, math.log(0.5) - np.abs(x), np.log1p(-0.5 * np.exp(-np.abs(x))))
+
+    def log_cdf(self, x):
+        return self.log_sf(-_as_array(x))
+
+    def g(self, x):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.clip((2 * _as_array(x) - self.D) / self.b, self.g_min, self.g_max)
+
+    def g_inv(self, t):
+        """Right end of {x : g(x) <= t}: so that {g > t} = {x > g_inv(t)}."""
+        t = _as_array(t)
+        x = (t * self.b + self.D) / 2
+        return np.where(t < self.g_min, -np.inf, np.where(t >= self.g_max, np.inf, x))
+
+    def sample(self, rng, n):
+        return rng.laplace(0.0, self.b, n)
+
+
+def _log_mix(q, t):
+    """ln(1 - q + q e^t), stable for all t (t may be +-inf)."""
+    t = _as_array(t)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        big = t + np.log(q) + np.log1p((1 - q) / q * np.exp(-t))
+        small = np.log1p(q * np.expm1(t))
+    return np.where(t > 0, big, small)
+
+
+def _logsumexp_weighted(weights, values):
+    """ln sum_i w_i e^{v_i} over the terms with w_i > 0 (values: list of arrays)."""
+    terms = [math.log(w) + v for w, v in zip(weights, values) if w > 0]
+    out = terms[0]
+    for t in terms[1:]:
+        out = np.logaddexp(out, t)
+    return out
+
+
+class MixtureProfile(PrivacyProfile):
+    """P = sum_i a_i B_{c_i}, Q = sum_j b_j B_{d_j}, with L(x) non-decreasing in x.
+
+    ``threshold(eps)`` must return x_eps with {L > eps} = {x > x_eps}
+    (-inf / +inf where the set is everything / empty).  With ``reverse=True``
+    the profile is that of the reversed pair (Q, P): its loss is -L(x) and
+    {-L > eps} = {x < x_{-eps}}.  delta(eps) is evaluated in log space,
+
+        delta = e^A (1 - e^{B - A}),  A = ln P(L > eps),  B = eps + ln Q(L > eps),
+
+    from log-survival functions, so it keeps its relative accuracy far into the
+    right tail (the naive difference cancels there).
+    """
+
+    def __init__(self, noise, p_weights, p_shifts, q_weights, q_shifts, threshold, loss, eps_range,
+                 reverse: bool = False):
+        self.noise = noise
+        self.pa, self.pc = np.asarray(p_weights, float), np.asarray(p_shifts, float)
+        self.qb, self.qd = np.asarray(q_weights, float), np.asarray(q_shifts, float)
+        self._threshold = threshold
+        self._loss = loss
+        self._range = eps_range  # (inf L, sup L) of the unreversed pair
+        self.reverse = reverse
+        self.p_inf = 0.0
+
+    def reversed(self) -> "MixtureProfile":
+        return MixtureProfile(self.noise, self.pa, self.pc, self.qb, self.qd, self._threshold,
+                              self._loss, self._range, reverse=not self.reverse)
+
+    # x-threshold and which tail of x is {L' > eps}
+    def _x(self, eps):
+        eps = _as_array(eps)
+        if self.reverse:
+            return self._threshold(np.nextafter(-eps, -np.inf))
+        return self._threshold(eps)
+
+    def _sides(self):
+        """(P weights, P shifts, Q weights, Q shifts, fn for {L'>eps}, fn for {L'<=eps}, logs)."""
+        n = self.noise
+        if self.reverse:
+            return self.qb, self.qd, self.pa, self.pc, n.cdf, n.sf, n.log_cdf
+        return self.pa, self.pc, self.qb, self.qd, n.sf, n.cdf, n.log_sf
+
+    @staticmethod
+    def _mix(fn, weights, shifts, x):
+        out = np.zeros_like(x)
+        for w, c in zip(weights, shifts):
+            if w > 0:
+                out = out + w * fn(x - c)
+        return out
+
+    def sf_p(self, eps):
+        pw, ps, _, _, up, _, _ = self._sides()
+        return self._mix(up, pw, ps, self._x(eps))
+
+    def cdf_p(self, eps):
+        pw, ps, _, _, _, down, _ = self._sides()
+        return self._mix(down, pw, ps, self._x(eps))
+
+    def sf_q(self, eps):
+        _, _, qw, qs, up, _, _ = self._sides()
+        return self._mix(up, qw, qs, self._x(eps))
+
+    def cdf_q(self, eps):
+        _, _, qw, qs, _, down, _ = self._sides()
+        return self._mix(down, qw, qs, self._x(eps))
+
+    def delta(self, eps):
+        eps = _as_array(eps)
+        pw, ps, qw, qs, _, _, log_up = self._sides()
+        x = self._x(eps)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            A = _logsumexp_weighted(pw, [log_up(x - c) for c in ps])
+            B = eps + _logsumexp_weighted(qw, [log_up(x - d) for d in qs])
+            d = np.exp(A) * -np.expm1(np.minimum(B - A, 0.0))
+        return np.clip(np.where(np.isfinite(A), d, 0.0), 0.0, 1.0)
+
+    def sample_p(self, rng, n: int) -> np.ndarray:
+        """n samples of L under P (for Monte Carlo validation)."""
+        pw, ps, *_ = self._sides()
+        comp = rng.choice(pw.size, size=n, p=pw / pw.sum())
+        x = self.noise.sample(rng, n) + ps[comp]
+        return -self._loss(x) if self.reverse else self._loss(x)
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        lo_l, hi_l = self._range
+        if self.reverse:
+            lo_l, hi_l = -hi_l, -lo_l
+        lo, hi = super().eps_bounds(tail) if (np.isinf(lo_l) or np.isinf(hi_l)) else (lo_l, hi_l)
+        return max(lo, lo_l - 1e-12), min(hi, hi_l)
+
+
+def poisson_remove(noise, q: float) -> MixtureProfile:
+    """Remove direction: P = (1-q) B_0 + q B_D, Q = B_0; L = ln(1 - q + q e^{g(x)})."""
+    log1mq = math.log1p(-q)
+
+    def threshold(eps):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            # t = ln((e^eps - (1-q)) / q), computed without cancellation
+            t = np.where(eps > 0, eps + np.log1p(-(1 - q) * np.exp(-eps)) - math.log(q),
+                         np.log(np.expm1(eps) + q) - math.log(q))
+        t = np.where(eps <= log1mq, -np.inf, t)
+        return noise.g_inv(t)
+
+    def loss(x):
+        return _log_mix(q, noise.g(x))
+
+    lo = float(_log_mix(q, noise.g_min)) if np.isfinite(noise.g_min) else log1mq
+    hi = float(_log_mix(q, noise.g_max)) if np.isfinite(noise.g_max) else np.inf
+    return MixtureProfile(noise, [1 - q, q], [0.0, noise.D], [1.0], [0.0], threshold, loss, (lo, hi))
+
+
+def poisson_add(noise, q: float) -> MixtureProfile:
+    """Add direction: the reversed pair of remove (P = B_0, Q = (1-q) B_0 + q B_D)."""
+    return poisson_remove(noise, q).reversed()
+
+
+def poisson_substitution(noise, q: float) -> MixtureProfile:
+    """Substitution: P = (1-q) B_0 + q B_D, Q = (1-q) B_0 + q B_{-D}.
+
+    L(x) = ln(1 - q + q e^{g(x)}) - ln(1 - q + q e^{g(-x)}) is odd and
+    non-decreasing; its threshold is found by vectorised bisection.
+    """
+    D = noise.D
+
+    def loss(x):
+        x = _as_array(x)
+        return _log_mix(q, noise.g(x)) - _log_mix(q, noise.g(-x))
+
+    if np.isfinite(noise.g_max):
+        lmax = float(_log_mix(q, noise.g_max) - _log_mix(q, noise.g_min))
+        span = 2 * D
+    else:
+        lmax = np.inf
+        span = None
+
+    def threshold(eps):
+        eps = _as_array(eps)
+        shape = eps.shape
+        e = eps.ravel()
+        out = np.empty_like(e)
+        if span is None:
+            # Gaussian: for large |x|, L ~ g(x) + ln q - ln(1-q); bracket by expanding
+            a = np.full(e.size, -1.0)
+            b = np.full(e.size, 1.0)
+            for _ in range(2000):
+                need = loss(b) <= e
+                if not need.any():
+                    break
+                b = np.where(need, 2 * b, b)
+            for _ in range(2000):
+                need = loss(a) > e
+                if not need.any():
+                    break
+                a = np.where(need, 2 * a, a)
+        else:
+            a = np.full(e.size, -span)
+            b = np.full(e.size, span)
+        for _ in range(200):
+            m = 0.5 * (a + b)
+            le = loss(m) <= e
+            a = np.where(le, m, a)
+            b = np.where(le, b, m)
+            if np.all(b - a <= 4 * np.finfo(float).eps * np.maximum(1.0, np.abs(m))):
+                break
+        out[:] = b  # right end: {L > eps} = {x > b} up to one ulp in x
+        if span is not None:
+            out = np.where(e >= lmax, np.inf, np.where(e < -lmax, -np.inf, out))
+        return out.reshape(shape)
+
+    return MixtureProfile(noise, [1 - q, q], [0.0, D], [1 - q, q], [0.0, -D], threshold, loss,
+                          (-lmax, lmax))
+
+
+class MaxProfile(PrivacyProfile):
+    """The point-wise maximum of two hockey-stick curves (a valid curve of some pair).
+
+    Used for WOR substitution (seed 002 section 8): an UPPER bound only.
+    Its loss distribution is read off the curve: Q(L > eps) = -e^{-eps} delta'(eps),
+    P(L > eps) = delta(eps) - delta'(eps), taking at each eps the branch with the
+    larger delta.
+    """
+
+    def __init__(self, a: PrivacyProfile, b: PrivacyProfile):
+        self.a, self.b = a, b
+        self.p_inf = max(a.p_inf, b.p_inf)
+
+    def _pick(self, eps):
+        eps = _as_array(eps)
+        return eps, self.a.delta(eps) >= self.b.delta(eps)
+
+    def delta(self, eps):
+        return np.maximum(self.a.delta(eps), self.b.delta(eps))
+
+    def sf_q(self, eps):
+        eps, use_a = self._pick(eps)
+        return np.where(use_a, self.a.sf_q(eps), self.b.sf_q(eps))
+
+    def sf_p(self, eps):
+        eps, use_a = self._pick(eps)
+        return np.where(use_a, self.a.sf_p(eps), self.b.sf_p(eps))
+
+    def cdf_p(self, eps):
+        eps, use_a = self._pick(eps)
+        return np.where(use_a, self.a.cdf_p(eps), self.b.cdf_p(eps))
+
+    def cdf_q(self, eps):
+        eps, use_a = self._pick(eps)
+        return np.where(use_a, self.a.cdf_q(eps), self.b.cdf_q(eps))
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        la, ha = self.a.eps_bounds(tail)
+        lb, hb = self.b.eps_bounds(tail)
+        return min(la, lb), max(ha, hb)
+
+
+def finite_mixture_profile(pmf: np.ndarray, p_mix: dict, q_mix: dict) -> FiniteProfile:
+    """Exact pair of mixtures of a lattice noise: P = sum_c p_mix[c] pmf(. - c), same for Q.
+
+    ``pmf`` is the noise pmf on offsets 0..m-1; shifts are integers.  Outputs
+    where Q has no mass become the +inf atom of L.
+    """
+    pmf = np.asarray(pmf, dtype=float)
+    shifts = list(p_mix) + list(q_mix)
+    lo, hi = min(shifts), max(shifts) + pmf.size
+    P = np.zeros(hi - lo)
+    Q = np.zeros(hi - lo)
+    for c, w in p_mix.items():
+        P[c - lo : c - lo + pmf.size] += w * pmf
+    for c, w in q_mix.items():
+        Q[c - lo : c - lo + pmf.size] += w * pmf
+    both = (P > 0) & (Q > 0)
+    p_inf = float(P[(P > 0) & (Q == 0)].sum())
+    return FiniteProfile(np.log(P[both] / Q[both]), P[both], p_inf=p_inf)
