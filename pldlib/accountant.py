@@ -119,24 +119,50 @@ class PLDAccountant:
                 if b.label not in labels:
                     labels.append(b.label)
         self._labels = labels
-        if interval is None:
-            interval = self._default_interval(per_comp)
-        self.interval = V.positive_finite("interval", interval)
         self.tail = 1e-32 / self.total_steps
         t0 = time.perf_counter()
-        self._branches = []
+        if interval is None:
+            h, eps_typ = self._default_interval(per_comp)
+            self._branches = self._discretise(labels, per_comp, h)
+            # refine once from a probe answer: the width of eps intervals scales
+            # like h^2, so aim the probe's relative width at 0.4% (the probe's
+            # compositions stay cached when h is kept)
+            relw = self._probe_width()
+            if relw > 0.004:
+                h *= 0.95 * math.sqrt(0.004 / relw)
+                self._branches = self._discretise(labels, per_comp, h)
+            interval = h
+        else:
+            interval = V.positive_finite("interval", interval)
+            self._branches = self._discretise(labels, per_comp, interval)
+        self.interval = float(interval)
+        self.setup_seconds = time.perf_counter() - t0
+
+    def _discretise(self, labels, per_comp, h):
+        branches = []
         for label in labels:
             st = _BranchState(label)
-            for (m, k), bl in zip(components, per_comp):
+            for (m, k), bl in zip(self.components, per_comp):
                 # a mechanism without this direction contributes its only branch
                 b = next((b for b in bl if b.label == label), bl[0])
-                gu = grid_for(b.upper, self.interval, self.tail)
-                st.uppers.append(connect_the_dots(b.upper, gu))
-                gl = grid_for(b.lower, self.interval, self.tail)
-                st.lowers.append(convex_hull_optimistic(b.lower, gl))
+                st.uppers.append(connect_the_dots(b.upper, grid_for(b.upper, h, self.tail)))
+                st.lowers.append(convex_hull_optimistic(b.lower, grid_for(b.lower, h, self.tail)))
                 st.counts.append(k)
-            self._branches.append(st)
-        self.setup_seconds = time.perf_counter() - t0
+            branches.append(st)
+        return branches
+
+    def _probe_width(self, delta: float = 1e-5) -> float:
+        """Relative width of the eps interval at ``delta`` (0 if it cannot be probed)."""
+        try:
+            lo = up = -math.inf
+            for st in self._branches:
+                l, u = self._branch_epsilon(st, np.array([delta]))
+                lo, up = max(lo, float(l[0])), max(up, float(u[0]))
+        except (ArithmeticError, MemoryError, ValueError):
+            return 0.0
+        if not (math.isfinite(lo) and math.isfinite(up)):
+            return 0.0
+        return (up - lo) / max(abs(up), 0.1)
 
     # -- accuracy knob ----------------------------------------------------
     def _default_interval(self, per_comp) -> float:
@@ -149,8 +175,9 @@ class PLDAccountant:
         spread s_K by 500 points, gives this rule.  ``edge`` is the distance from 0 to
         the nearest edge of a single-step loss support (|ln(1-q)| for Poisson
         remove): a coarser grid leaves the optimistic PLD nothing to work with.
+        The caller then refines h once from a probe answer's width.
         """
-        best = math.inf
+        best, best_eps = math.inf, 1.0
         n_labels = max(len(b) for b in per_comp)
         for j in range(n_labels):
             mean = var = 0.0
@@ -174,8 +201,9 @@ class PLDAccountant:
             eps_typ = max(mean + 3 * s, 1e-3)
             h = min(s / 500.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
                     0.5 * min(edges, default=math.inf))
-            best = min(best, h)
-        return float(max(best, 1e-6))
+            if h < best:
+                best, best_eps = h, eps_typ
+        return float(max(best, 1e-6)), best_eps
 
     # -- composition with caching -----------------------------------------
     def _compose(self, st: _BranchState, theta: float, eps_from=None) -> Composition:

@@ -288,8 +288,10 @@ def compose(
         const_up += math.exp(min(700.0, log_right + log_total - theta * (w_lo + N) * h))
     if theta == 0.0 and log_left > -np.inf:
         const_up += math.exp(min(700.0, log_left + log_total))
-    upper = GridMeasure(h, w_lo, (np.maximum(y, 0.0) + E) * untilt, const_up)
-    roundoff = GridMeasure(h, w_lo, E * untilt, 0.0)
+    # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
+    with np.errstate(over="ignore", invalid="ignore"):
+        upper = GridMeasure(h, w_lo, np.minimum((np.maximum(y, 0.0) + E) * untilt, 1.0), const_up)
+        roundoff = GridMeasure(h, w_lo, np.minimum(E * untilt, 1.0), 0.0)
     # lower side
     y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo)
     with np.errstate(over="ignore", under="ignore"):
@@ -298,7 +300,10 @@ def compose(
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
     log_f = sum(k * math.log(max(f, 1e-300)) for f, k in zip(F, counts))
     p_inf_lo = max(math.exp(log_fp) - math.exp(log_f), 0.0)
-    lower = GridMeasure(h, w_lo, np.maximum(y - E, 0.0) * untilt, p_inf_lo)
+    with np.errstate(over="ignore", invalid="ignore"):
+        m_lo = np.maximum(y - E, 0.0) * untilt
+    # dropping mass is on the optimistic side
+    lower = GridMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, 1.0), 0.0), p_inf_lo)
     # aliased (folded) tilted mass <= e^{log_left} + e^{log_right}; untilted at eps_j > eps
     # it weighs at most e^{log_total - theta eps}
     alias_log = float(np.logaddexp(log_left, log_right) + log_total)

@@ -124,7 +124,7 @@ class Laplace(Mechanism):
 
 @dataclass(frozen=True)
 class LatticeNoise(Mechanism):
-    """Additive noise on the integers with pmf ``pmf`` (offsets 0..m-1), sensitivity ``shift``.
+    """Symmetric additive noise on the integers with pmf ``pmf`` (offsets 0..m-1), sensitivity ``shift``.
 
     A tiny exactly-representable mechanism, mainly for brute-force checks of the
     subsampling table: every pair is a finite profile computed exactly.
@@ -141,6 +141,9 @@ class LatticeNoise(Mechanism):
             raise ValueError("pmf must be a probability vector of length >= 2")
         if int(self.shift) != self.shift or self.shift < 1:
             raise ValueError("shift must be an integer >= 1")
+        if not np.allclose(arr, arr[::-1], rtol=0, atol=1e-15):
+            # the dominating pairs of MATH.md section 2 assume B_{-D} mirrors B_D
+            raise ValueError("pmf must be symmetric (pmf == pmf[::-1]) for the subsampling dominating pairs")
         super().__post_init__()
 
     @property

@@ -106,7 +106,8 @@ class LaplaceNoise:
     def g_inv(self, t):
         """Right end of {x : g(x) <= t}: so that {g > t} = {x > g_inv(t)}."""
         t = _as_array(t)
-        x = (t * self.b + self.D) / 2
+        with np.errstate(invalid="ignore", over="ignore"):
+            x = (t * self.b + self.D) / 2
         return np.where(t < self.g_min, -np.inf, np.where(t >= self.g_max, np.inf, x))
 
     def sample(self, rng, n):

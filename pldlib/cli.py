@@ -1,0 +1,354 @@
+"""Command-line interface: ``pldlib epsilon ...`` and ``pldlib delta ...``.
+
+Examples
+--------
+::
+
+    pldlib epsilon --mechanism gaussian --sigma 0.8 --steps 10000 --delta 1e-6 1e-5
+    pldlib delta --mechanism laplace --scale 2 --steps 100 --epsilon 1 5 --json
+
+With ``--json`` exactly one JSON object is printed on stdout (strictly valid
+JSON: non-finite numbers are written as ``null`` and explained in ``"note"``)::
+
+    {"epsilon": [{"delta": d, "lower": x, "upper": y}, ...],
+     "method": "pld", "seconds": t, "params": {...}}
+
+``seconds`` is the wall time of the accounting itself (building the accountant
+and answering the query), not of interpreter start-up or imports.
+
+Exit status: 0 success; 2 bad or unsupported input (one line on stderr naming
+the argument); 3 the answer is beyond what can be certified at this accuracy
+or the grid would be too large (:class:`pldlib.PrecisionLimitError`,
+:class:`pldlib.GridTooLargeError`, single-step losses too large); 1 an
+unexpected internal error (one line; set ``PLDLIB_DEBUG=1`` for a traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+import warnings
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .accountant import PrecisionLimitError
+from .composition import DEFAULT_MAX_BINS, GridTooLargeError
+from .mechanisms import Gaussian, Laplace, Mechanism
+
+__all__ = ["main", "build_parser", "METHODS", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT"]
+
+PROG = "pldlib"
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_LIMIT = 3
+
+SAMPLINGS = ("none", "poisson", "wor")
+RELATIONS = ("add", "remove", "add_remove", "substitution")
+
+
+# ---------------------------------------------------------------------------
+# registries: accounting methods and mechanisms
+# ---------------------------------------------------------------------------
+def _pld_factory(mechanism: Mechanism, steps: int, *, interval: float | None, max_bins: int):
+    """Certified PLD accountant (pldlib.account)."""
+    from .accountant import account
+
+    return account(mechanism, steps, interval=interval, max_bins=max_bins)
+
+
+#: method name -> factory(mechanism, steps, *, interval, max_bins) returning an
+#: object with ``.epsilon(deltas)`` / ``.delta(epsilons)`` -> Interval and,
+#: optionally, ``.interval`` (the accuracy knob actually used).  Add 'prv',
+#: 'spa', 'rdp', 'clt' here when they exist.
+METHODS: dict[str, Callable] = {
+    "pld": _pld_factory,
+}
+
+
+def _make_gaussian(args) -> Mechanism:
+    return Gaussian(sigma=args.sigma, sensitivity=args.sensitivity, q=args.q,
+                    sampling=args.sampling, relation=args.relation)
+
+
+def _make_laplace(args) -> Mechanism:
+    return Laplace(scale=args.scale, sensitivity=args.sensitivity, q=args.q,
+                   sampling=args.sampling, relation=args.relation)
+
+
+#: mechanism name -> (name of its noise parameter, constructor from parsed args)
+MECHANISMS: dict[str, tuple[str, Callable]] = {
+    "gaussian": ("sigma", _make_gaussian),
+    "laplace": ("scale", _make_laplace),
+}
+_NOISE_PARAMS = sorted({p for p, _ in MECHANISMS.values()})
+
+
+# ---------------------------------------------------------------------------
+# argument parsing
+# ---------------------------------------------------------------------------
+class UsageError(Exception):
+    """Bad command-line input; the message names the argument."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line on stderr and exit status 2.
+
+    It also accepts negative numbers in scientific notation and -inf as values
+    (``--epsilon -1e-3``), which plain argparse mistakes for options.
+    """
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._negative_number_matcher = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise UsageError(message)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def _positive_finite(text: str) -> float:
+    v = _number(text)
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return v
+
+
+def _steps(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+        if not (math.isfinite(f) and f.is_integer()):
+            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+        v = int(f)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return v
+
+
+def _delta(text: str) -> float:
+    v = _number(text)
+    if not (0.0 < v < 1.0):
+        raise argparse.ArgumentTypeError(f"each delta must be in (0, 1), got {text!r}")
+    return v
+
+
+def _epsilon(text: str) -> float:
+    v = _number(text)
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"each epsilon must be finite, got {text!r}")
+    return v
+
+
+def _q(text: str) -> float:
+    v = _number(text)
+    if not (0.0 < v <= 1.0):
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return v
+
+
+def _max_bins(text: str) -> int:
+    v = _steps(text)
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}")
+    return v
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("mechanism")
+    g.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS),
+                   help="base mechanism")
+    g.add_argument("--sigma", type=_positive_finite,
+                   help="Gaussian noise multiplier (noise std = sigma * sensitivity)")
+    g.add_argument("--scale", type=_positive_finite, help="Laplace noise scale b")
+    g.add_argument("--sensitivity", type=_positive_finite, default=1.0,
+                   help="sensitivity (L2 for gaussian, L1 for laplace; default 1)")
+    g.add_argument("--q", type=_q, default=1.0,
+                   help="sampling probability in (0, 1] (default 1)")
+    g.add_argument("--sampling", choices=SAMPLINGS, default=None,
+                   help="sampling scheme (default: none if q = 1, poisson if q < 1)")
+    g.add_argument("--relation", choices=RELATIONS, default="add_remove",
+                   help="neighbouring relation (default add_remove)")
+    g.add_argument("--steps", type=_steps, required=True, help="number of compositions (integer >= 1)")
+    a = p.add_argument_group("accounting")
+    a.add_argument("--method", choices=sorted(METHODS), default="pld",
+                   help="accounting method (default pld)")
+    a.add_argument("--interval", type=_positive_finite, default=None,
+                   help="grid spacing h of the privacy-loss discretisation (the accuracy knob; "
+                        "smaller = tighter and slower; default: chosen automatically)")
+    a.add_argument("--max-bins", type=_max_bins, default=DEFAULT_MAX_BINS,
+                   help=f"cap on the FFT length (memory guard; default {DEFAULT_MAX_BINS})")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Certified differential-privacy accounting: each answer is an interval "
+                    "[lower, upper] that contains the exact value.",
+        epilog="Exit status: 0 ok, 2 bad or unsupported input, 3 precision or grid-size limit, "
+               "1 internal error.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    pe = sub.add_parser("epsilon", help="epsilon(delta) intervals",
+                        description="Certified interval for epsilon at each given delta.")
+    _add_common(pe)
+    pe.add_argument("--delta", type=_delta, nargs="+", required=True, metavar="D",
+                    help="target delta(s), each in (0, 1)")
+    pd = sub.add_parser("delta", help="delta(epsilon) intervals",
+                        description="Certified interval for delta at each given epsilon.")
+    _add_common(pd)
+    pd.add_argument("--epsilon", type=_epsilon, nargs="+", required=True, metavar="E",
+                    help="epsilon value(s), finite (negative allowed)")
+    return parser
+
+
+def _resolve(args) -> None:
+    """Cross-argument checks and defaults; raises UsageError naming the argument."""
+    own, _ = MECHANISMS[args.mechanism]
+    for name in _NOISE_PARAMS:
+        if name != own and getattr(args, name) is not None:
+            raise UsageError(f"argument --{name}: not allowed with --mechanism {args.mechanism} "
+                             f"(use --{own})")
+    if getattr(args, own) is None:
+        raise UsageError(f"argument --{own}: required with --mechanism {args.mechanism}")
+    if args.sampling is None:
+        args.sampling = "poisson" if args.q < 1.0 else "none"
+    elif args.sampling == "none" and args.q < 1.0:
+        raise UsageError(f"argument --q: q = {args.q:g} < 1 needs --sampling poisson or wor "
+                         "(got --sampling none)")
+
+
+def _params(args, accountant) -> dict:
+    own, _ = MECHANISMS[args.mechanism]
+    h = getattr(accountant, "interval", None)
+    return {
+        "mechanism": args.mechanism,
+        own: getattr(args, own),
+        "sensitivity": args.sensitivity,
+        "q": args.q,
+        "sampling": args.sampling,
+        "relation": args.relation,
+        "steps": args.steps,
+        "interval": None if h is None else float(h),
+    }
+
+
+# ---------------------------------------------------------------------------
+# running and output
+# ---------------------------------------------------------------------------
+def _run(args):
+    """Build the mechanism and accountant, answer the query; returns (values, lo, hi, seconds, acc)."""
+    _, make = MECHANISMS[args.mechanism]
+    factory = METHODS[args.method]
+    values = args.delta if args.command == "epsilon" else args.epsilon
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        mech = make(args)
+        acc = factory(mech, args.steps, interval=args.interval, max_bins=args.max_bins)
+        query = acc.epsilon if args.command == "epsilon" else acc.delta
+        iv = query(np.asarray(values, dtype=float))
+        seconds = time.perf_counter() - t0
+    lo = np.atleast_1d(np.asarray(iv.lower, dtype=float))
+    hi = np.atleast_1d(np.asarray(iv.upper, dtype=float))
+    return values, lo, hi, seconds, acc
+
+
+def _num(x: float):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _json_output(args, values, lo, hi, seconds, acc) -> str:
+    key, arg = ("epsilon", "delta") if args.command == "epsilon" else ("delta", "epsilon")
+    rows = [{arg: float(v), "lower": _num(l), "upper": _num(u)} for v, l, u in zip(values, lo, hi)]
+    out = {key: rows, "method": args.method, "seconds": seconds, "params": _params(args, acc)}
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        out["note"] = ("null marks a non-finite bound: a null lower is -infinity (no non-trivial "
+                       "lower bound), a null upper is +infinity (no finite bound)")
+    return json.dumps(out, allow_nan=False)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.10g}" if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _table_output(args, values, lo, hi, seconds, acc) -> str:
+    p = _params(args, acc)
+    head = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in p.items() if v is not None)
+    lines = [f"{args.command}  method={args.method}  {head}  ({seconds:.3f} s)"]
+    arg = "delta" if args.command == "epsilon" else "epsilon"
+    cols = [arg, "lower", "upper", "width", "rel.width"]
+    body = []
+    for v, l, u in zip(values, lo, hi):
+        w = u - l if (math.isfinite(l) and math.isfinite(u)) else math.inf
+        mag = max(abs(l), abs(u)) if math.isfinite(w) else math.inf
+        rw = w / mag if (math.isfinite(w) and mag > 0) else (0.0 if w == 0 else math.inf)
+        body.append([f"{v:g}", _fmt(l), _fmt(u), _fmt(w) if math.isfinite(w) else "inf",
+                     f"{rw:.2e}" if math.isfinite(rw) else "inf"])
+    widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(cols)]
+    lines.append("  ".join(c.rjust(wd) for c, wd in zip(cols, widths)))
+    lines += ["  ".join(x.rjust(wd) for x, wd in zip(r, widths)) for r in body]
+    return "\n".join(lines)
+
+
+def _fail(message: str, code: int) -> int:
+    one_line = " ".join(str(message).split())
+    print(f"{PROG}: error: {one_line}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        _resolve(args)
+    except UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except SystemExit as e:  # --help / --version
+        return int(e.code or 0) if not isinstance(e.code, str) else _fail(e.code, EXIT_USAGE)
+    try:
+        values, lo, hi, seconds, acc = _run(args)
+    except (PrecisionLimitError, GridTooLargeError, OverflowError, MemoryError) as e:
+        return _fail(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, EXIT_LIMIT)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        return _fail(str(e) or type(e).__name__, EXIT_USAGE)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as e:  # one line instead of a traceback
+        if os.environ.get("PLDLIB_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(e).__name__}: {e} (set PLDLIB_DEBUG=1 for a traceback)",
+                     EXIT_INTERNAL)
+    if args.json:
+        print(_json_output(args, values, lo, hi, seconds, acc))
+    else:
+        print(_table_output(args, values, lo, hi, seconds, acc))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
