@@ -20,7 +20,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from . import _validate as V
-from .composition import DEFAULT_MAX_BINS, Composition, GridTooLargeError, compose, solve_tilt
+from .composition import DEFAULT_MAX_BINS, Composition, GridTooLargeError, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for
 from .mechanisms import Mechanism
 
@@ -127,8 +127,10 @@ class PLDAccountant:
             # refine once from a probe answer: the width of eps intervals scales
             # like h^2, so aim the probe's relative width at 0.4% (the probe's
             # compositions stay cached when h is kept)
-            relw = self._probe_width()
-            if relw > 0.004:
+            for _ in range(2):
+                relw = self._probe_width()
+                if relw <= 0.004:
+                    break
                 h *= 0.95 * math.sqrt(0.004 / relw)
                 self._branches = self._discretise(labels, per_comp, h)
             interval = h
@@ -145,8 +147,8 @@ class PLDAccountant:
             for (m, k), bl in zip(self.components, per_comp):
                 # a mechanism without this direction contributes its only branch
                 b = next((b for b in bl if b.label == label), bl[0])
-                st.uppers.append(connect_the_dots(b.upper, grid_for(b.upper, h, self.tail)))
-                st.lowers.append(convex_hull_optimistic(b.lower, grid_for(b.lower, h, self.tail)))
+                st.uppers.append(connect_the_dots(b.upper, grid_for(b.upper, h, self.tail, self.max_bins)))
+                st.lowers.append(convex_hull_optimistic(b.lower, grid_for(b.lower, h, self.tail, self.max_bins)))
                 st.counts.append(k)
             branches.append(st)
         return branches
@@ -166,16 +168,16 @@ class PLDAccountant:
 
     # -- accuracy knob ----------------------------------------------------
     def _default_interval(self, per_comp) -> float:
-        """h = min(s_K / 500, sqrt(0.0067 * eps_typ / K), edge / 2).
+        """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge / 2).
 
         Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
         side: a few times that), so the width after K steps is about
         0.75 K h^2; keeping it under 0.5% of a typical epsilon
         eps_typ = mean + 3 sd of the composed loss, and resolving the composed
-        spread s_K by 500 points, gives this rule.  ``edge`` is the distance from 0 to
+        spread s_K by 50 points, gives this rule.  ``edge`` is the distance from 0 to
         the nearest edge of a single-step loss support (|ln(1-q)| for Poisson
         remove): a coarser grid leaves the optimistic PLD nothing to work with.
-        The caller then refines h once from a probe answer's width.
+        The caller then refines h (at most twice) from a probe answer's width.
         """
         best, best_eps = math.inf, 1.0
         n_labels = max(len(b) for b in per_comp)
@@ -199,7 +201,7 @@ class PLDAccountant:
                 edges.extend(abs(e) for e in (lo, hi) if e != 0.0 and math.isfinite(e))
             s = math.sqrt(max(var, 1e-300))
             eps_typ = max(mean + 3 * s, 1e-3)
-            h = min(s / 500.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
+            h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
                     0.5 * min(edges, default=math.inf))
             if h < best:
                 best, best_eps = h, eps_typ
@@ -234,7 +236,8 @@ class PLDAccountant:
         up = np.full(n, np.nan)
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
-        comp = self._compose(st, 0.0)
+        # start tilted at the smallest delta's estimated answer (one composition often serves all)
+        comp = self._compose(st, estimate_tilt(st.uppers, st.counts, float(deltas.min())))
         todo = np.arange(n)
         for attempt in range(12):
             d = deltas[todo]
@@ -249,11 +252,13 @@ class PLDAccountant:
             todo = np.arange(n)[~(share <= RETILT_SHARE)]
             if todo.size == 0:
                 break
-            # tilt at the largest pending answer estimate (the smallest delta)
+            # next: tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
-            est = up[j] if np.isfinite(up[j]) else self._eps_estimate(st, deltas[j])
-            theta = self._tilt_for(st, est)
-            if attempt > 0 and abs(theta - comp.theta) < 1e-12:
+            theta = (self._tilt_for(st, up[j]) if np.isfinite(up[j])
+                     else estimate_tilt(st.uppers, st.counts, float(deltas[j])))
+            if any(abs(theta - th) < 1e-9 * max(1.0, th) for th, _ in st.cache):
+                theta = 0.0 if not any(th == 0.0 for th, _ in st.cache) else None
+            if theta is None:
                 break
             comp = self._compose(st, theta)
         bad = ~(share < REFUSE_SHARE)
@@ -265,12 +270,6 @@ class PLDAccountant:
                 "use a larger delta or a finer interval"
             )
         return lo, up
-
-    def _eps_estimate(self, st, delta):
-        """Crude eps estimate for a tilt target when the untilted pass saw nothing (Chernoff-like)."""
-        comp = self._compose(st, 0.0)
-        grid = comp.upper.eps_grid
-        return float(grid[-1])
 
     def epsilon(self, delta) -> Interval:
         """Certified interval for eps(delta), vectorised over delta.

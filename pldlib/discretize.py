@@ -51,10 +51,11 @@ class Grid:
         return (self.start + np.arange(self.n + 1)) * self.h
 
 
-def grid_for(profile: PrivacyProfile, h: float, tail: float) -> Grid:
+def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | None = None) -> Grid:
     """The grid of spacing h covering the loss range of ``profile`` up to ``tail`` mass.
 
     The grid always contains eps = 0 strictly inside, as the hull construction needs.
+    Raises :class:`~pldlib.composition.GridTooLargeError` beyond ``max_points``.
     """
     lo, hi = profile.eps_bounds(tail)
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -63,6 +64,14 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float) -> Grid:
         raise OverflowError(
             f"single-step privacy loss reaches {max(abs(lo), abs(hi)):.3g}, beyond the "
             f"supported {MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise"
+        )
+    n_points = (max(hi, h) - min(lo, -h)) / h
+    if max_points is not None and n_points > max_points:
+        from .composition import GridTooLargeError
+
+        raise GridTooLargeError(
+            f"one step needs {n_points:,.0f} grid points at interval {h:.3g} (limit {max_points:,}); "
+            "use a coarser interval"
         )
     start = min(int(math.floor(lo / h)), -1)
     stop = max(int(math.ceil(hi / h)), 1)

@@ -126,7 +126,7 @@ class PrivacyProfile(ABC):
                     hi_ = mid
                 else:
                     lo_ = mid
-                if hi_ - lo_ <= 1e-12 * max(1.0, hi_):
+                if hi_ - lo_ <= 1e-7 * max(1.0, hi_):  # a support bound needs no precision
                     break
             return direction * hi_
 

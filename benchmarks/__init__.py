@@ -1,0 +1,1 @@
+"""Benchmarks of pldlib (run ``python -m benchmarks.run``; report in results/BENCHMARKS.md)."""
