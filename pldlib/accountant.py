@@ -24,7 +24,7 @@ from .composition import DEFAULT_MAX_BINS, Composition, GridTooLargeError, compo
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for
 from .mechanisms import Mechanism
 
-__all__ = ["Interval", "account", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError"]
+__all__ = ["Interval", "Estimate", "account", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError"]
 
 #: round-off share of an answer above which it is recomputed with a tilt
 RETILT_SHARE = 1e-4
@@ -40,6 +40,22 @@ class Interval(NamedTuple):
     """A certified interval: ``lower <= truth <= upper`` (arrays or floats)."""
 
     lower: np.ndarray | float
+    upper: np.ndarray | float
+
+    @property
+    def width(self):
+        return np.asarray(self.upper) - np.asarray(self.lower)
+
+
+class Estimate(NamedTuple):
+    """A certified interval with a central estimate: ``lower <= truth <= upper``.
+
+    ``estimate`` is an approximation (e.g. PRV's central value or SPA's SP-MSD1),
+    labelled as such: it carries no guarantee.
+    """
+
+    lower: np.ndarray | float
+    estimate: np.ndarray | float
     upper: np.ndarray | float
 
     @property
