@@ -280,11 +280,14 @@ class PLDAccountant:
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
-            raise PrecisionLimitError(
-                f"delta={deltas[j]:.3g}: cannot certify eps at this accuracy (floating-point "
-                f"round-off bound exceeds {REFUSE_SHARE:.0%} of delta even with exponential tilting); "
-                "use a larger delta or a finer interval"
-            )
+            floor = min(c.upper.const for c in st.cache.values())
+            if floor >= 0.5 * deltas[j]:
+                why = (f"it is below the floor {floor:.2g} of this accountant's upper curve "
+                       f"(tail mass {self.tail:.1g} per step truncated to +inf)")
+            else:
+                why = (f"the floating-point round-off bound exceeds {REFUSE_SHARE:.0%} of delta "
+                       "even with exponential tilting")
+            raise PrecisionLimitError(f"delta={deltas[j]:.3g} cannot be certified: {why}; use a larger delta")
         return lo, up
 
     def epsilon(self, delta) -> Interval:
