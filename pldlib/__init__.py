@@ -11,6 +11,7 @@ Public API (thin re-exports over the modules that hold the maths):
   :mod:`pldlib.composition` (certified FFT composition), :mod:`pldlib.pld`.
 """
 from .accountant import Estimate, Interval, PLDAccountant, PrecisionLimitError, account
+from .calibrate import CalibrationResult, calibrate, get_noise_multiplier
 from .composition import GridTooLargeError
 from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
 from .profiles import (
@@ -25,7 +26,7 @@ from .profiles import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "account", "Interval", "Estimate", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
+    "account", "Interval", "Estimate", "calibrate", "CalibrationResult", "get_noise_multiplier", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
     "Mechanism", "Gaussian", "Laplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",
     "randomized_response_profile", "approx_dp_profile", "__version__",

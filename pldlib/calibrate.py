@@ -1,0 +1,252 @@
+"""Certified noise calibration: the smallest sigma that meets an (epsilon, delta) target.
+
+eps(delta) is decreasing in sigma (MATH.md section 9), so calibration is a
+one-dimensional root search on log sigma.  Every evaluation returns a certified
+interval [lower, upper] for eps at that sigma, and every decision is
+certified:
+
+* ``upper <= target``  -> sigma is feasible: it becomes the right end ``sigma_hi``;
+* ``lower >  target``  -> sigma is infeasible for the true curve: the left end ``sigma_lo``;
+* otherwise the target lies inside the interval: the accuracy is refined
+  (interval h halved, width ~ h^2) and sigma re-evaluated.
+
+The search stops when sigma_hi / sigma_lo <= 1 + tol, so the returned sigma is
+certified (its upper eps meets the target) AND within ``tol`` of the true
+smallest sigma (which lies in (sigma_lo, sigma_hi]).  Steering uses the
+Illinois variant of regula falsi on (log sigma, log eps), seeded by a
+Gaussian-DP (CLT) estimate or a lookup table, so typical calls need a handful
+of evaluations.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, special
+
+from . import _validate as V
+from .accountant import Interval, account
+from .mechanisms import Gaussian
+
+__all__ = ["calibrate", "CalibrationResult", "get_noise_multiplier"]
+
+
+@dataclass
+class CalibrationResult:
+    """Calibrated noise multiplier with its certificate.
+
+    sigma : smallest sigma found whose certified upper eps <= target
+    epsilon : certified eps interval at ``sigma``
+    sigma_lower : a sigma whose certified *lower* eps exceeds the target (the true
+        optimum lies in (sigma_lower, sigma]); None if the search could not certify it
+    """
+
+    sigma: float
+    epsilon: Interval
+    sigma_lower: float | None
+    seconds: float
+    evaluations: int
+    interval: float
+    params: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "sigma": self.sigma,
+            "epsilon": {"lower": float(self.epsilon.lower), "upper": float(self.epsilon.upper)},
+            "sigma_lower": self.sigma_lower,
+            "seconds": self.seconds,
+            "evaluations": self.evaluations,
+            "interval": self.interval,
+            "params": self.params,
+        }
+
+
+def _gdp_sigma(epsilon, delta, q, steps) -> float:
+    """Seed: the sigma at which the CLT/GDP estimate meets the target (an estimate only)."""
+
+    def gdp_delta(mu):
+        return special.ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon) * special.ndtr(-epsilon / mu - mu / 2)
+
+    # mu needed
+    lo, hi = 1e-6, 100.0
+    if gdp_delta(hi) < delta:
+        return 1.0
+    mu = optimize.brentq(lambda m: gdp_delta(m) - delta, lo, hi, xtol=1e-12)
+    if q >= 1.0:
+        return math.sqrt(steps) / mu
+    # mu = q sqrt(k (e^{1/sigma^2} - 1))
+    x = (mu / (q * math.sqrt(steps))) ** 2
+    return 1.0 / math.sqrt(math.log1p(x))
+
+
+def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, sampling: str = "poisson",
+              relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
+              interval: float | None = None, table=None, max_evaluations: int = 60) -> CalibrationResult:
+    """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
+
+    Parameters
+    ----------
+    epsilon, delta : the target (eps > 0, delta in (0, 1))
+    q : sampling probability in (0, 1]; q = 1 means no subsampling
+    steps : number of compositions
+    sampling : 'poisson' or 'wor' (ignored when q = 1)
+    relation : 'add', 'remove', 'add_remove' or 'substitution'
+    tol : relative tolerance on sigma (the result is within tol of the true optimum
+        when ``sigma_lower`` is not None)
+    sigma_guess : optional starting point (else a lookup table or the GDP estimate)
+    interval : starting grid spacing of the PLD accountant (refined as needed)
+    table : an opened lookup table (:mod:`pldlib.tables`) used as a seed when it covers the query
+
+    Returns
+    -------
+    CalibrationResult
+    """
+    t0 = time.perf_counter()
+    epsilon = V.positive_finite("epsilon", epsilon)
+    delta = V.probability_open("delta", delta)
+    q = V.sampling_rate("q", q)
+    steps = V.steps("steps", steps)
+    V.choice("sampling", sampling, ("poisson", "wor", "none"))
+    V.choice("relation", relation, V.RELATIONS)
+    tol = V.positive_finite("tol", tol)
+    if sampling == "none" and q != 1.0:
+        raise ValueError("q must be 1 when sampling is 'none'")
+    samp = "none" if q == 1.0 else sampling
+
+    def mech(sigma):
+        return Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation)
+
+    seed = None
+    if sigma_guess is not None:
+        seed = V.positive_finite("sigma_guess", sigma_guess)
+    elif table is not None:
+        try:
+            seed = table.sigma_for(epsilon, delta, q, steps, samp if samp != "none" else sampling, relation).sigma
+        except (ValueError, KeyError):
+            seed = None
+    if seed is None:
+        seed = _gdp_sigma(epsilon, delta, q, steps)
+        if samp == "wor":
+            seed *= 2.0
+        if relation == "substitution":
+            seed *= 2.0 if samp != "poisson" else 1.0
+    history: list = []
+
+    def evaluate(sigma: float, h: float | None):
+        acc = account(mech(sigma), steps=steps, interval=h)
+        iv = acc.epsilon(delta)
+        history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
+        return iv, acc.interval
+
+    mid = lambda v: max(0.5 * (float(v.lower) + float(v.upper)), 1e-300)
+    lo_s = hi_s = hi_iv = None
+
+    def record(sig, v):
+        nonlocal lo_s, hi_s, hi_iv
+        if float(v.upper) <= epsilon and (hi_s is None or sig < hi_s):
+            hi_s, hi_iv = sig, v
+        elif float(v.lower) > epsilon and (lo_s is None or sig > lo_s):
+            lo_s = sig
+
+    # Phase 1 -- locate the root with coarse, cheap evaluations (secant on log-log midpoints).
+    iv, h_def = evaluate(seed, interval)
+    n_eval = 1
+    h = h_def if interval is not None else h_def * 2.0
+    pts = [(seed, iv)]
+    record(seed, iv)
+    s = seed
+    for _ in range(8):
+        (s1, v1) = pts[-1]
+        if len(pts) == 1:
+            slope = -2.0  # eps ~ sigma^-2 far from the transition
+        else:
+            s0, v0 = pts[-2]
+            den = math.log(s1) - math.log(s0)
+            slope = (math.log(mid(v1)) - math.log(mid(v0))) / den if den else -2.0
+            if not (slope < -0.05):
+                slope = -2.0
+        r = math.exp(math.log(s1) + (math.log(epsilon) - math.log(mid(v1))) / slope)
+        r = min(max(r, s1 / 4.0), s1 * 4.0)
+        if abs(math.log(r / s1)) < 0.25 * tol and len(pts) > 1:
+            s = r
+            break
+        iv, _ = evaluate(r, h)
+        n_eval += 1
+        pts.append((r, iv))
+        record(r, iv)
+        s = r
+        if abs(math.log(mid(iv) / epsilon)) < 0.05 * tol * abs(slope):
+            break
+    # the width of an eps interval scales like h^2: pick h so that the interval at
+    # r (1 +- tol/2) is narrower than the eps change over that sigma step
+    slope_abs = abs(slope) if slope < -0.05 else 2.0
+    need = 0.25 * slope_abs * epsilon * tol  # eps gap at sigma * (1 +- tol/2), halved
+    width_now = float(pts[-1][1].upper - pts[-1][1].lower)
+    if width_now > need:
+        h *= 0.9 * math.sqrt(need / width_now)
+    # Phase 2 -- certify: a feasible sigma just above the root and an infeasible one
+    # just below it (bisection while the bracket is wide; ambiguity sharpens h).
+    r = s
+    ambiguous = 0
+    while n_eval < max_evaluations:
+        if hi_s is not None and lo_s is not None and hi_s / lo_s <= 1.0 + tol:
+            break
+        if hi_s is None:
+            cand = r * (1 + 0.5 * tol) if lo_s is None else max(r, lo_s) * (1 + 0.5 * tol)
+        elif lo_s is None:
+            cand = hi_s / (1 + tol) * (1 + 1e-12)
+        elif hi_s / lo_s > 1 + 4 * tol:
+            cand = math.sqrt(hi_s * lo_s)
+        else:
+            cand = hi_s / (1 + tol) * (1 + 1e-12)
+        v, _ = evaluate(cand, h)
+        n_eval += 1
+        if float(v.upper) <= epsilon or float(v.lower) > epsilon:
+            record(cand, v)
+            if hi_s is None and float(v.lower) > epsilon:
+                r = cand * (1 + tol)  # the root is above: move up
+            elif lo_s is None and float(v.upper) <= epsilon:
+                r = cand
+        else:
+            ambiguous += 1
+            h *= 0.7  # the target lies inside the interval: sharpen (width ~ h^2)
+            if ambiguous > 8:
+                break
+    if hi_s is None:
+        raise RuntimeError("calibration did not find a feasible sigma within the evaluation budget")
+    return CalibrationResult(
+        sigma=float(hi_s),
+        epsilon=Interval(float(hi_iv.lower), float(hi_iv.upper)),
+        sigma_lower=None if lo_s is None else float(lo_s),
+        seconds=time.perf_counter() - t0,
+        evaluations=n_eval,
+        interval=float(h),
+        params={"epsilon": epsilon, "delta": delta, "q": q, "steps": steps, "sampling": samp,
+                "relation": relation, "tol": tol},
+        history=history,
+    )
+
+
+def get_noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: float, steps: int | None = None,
+                         epochs: float | None = None, accountant: str = "pld", epsilon_tolerance: float = 0.01,
+                         **kwargs) -> float:
+    """Opacus-compatible helper: the noise multiplier for a target (epsilon, delta).
+
+    ``steps`` or ``epochs`` (steps = epochs / sample_rate) gives the number of
+    compositions.  ``epsilon_tolerance`` is accepted for compatibility; the result is
+    certified (its PLD upper eps <= target_epsilon) and within 0.1% of the smallest such sigma.
+    Only ``accountant='pld'`` is certified here.
+    """
+    if accountant != "pld":
+        raise ValueError(f"accountant must be 'pld' (certified), got {accountant!r}")
+    if (steps is None) == (epochs is None):
+        raise ValueError("give exactly one of steps or epochs")
+    q = V.sampling_rate("sample_rate", sample_rate)
+    if steps is None:
+        epochs = V.positive_finite("epochs", epochs)
+        steps = int(math.ceil(epochs / q))
+    res = calibrate(target_epsilon, target_delta, q, steps, **kwargs)
+    return res.sigma

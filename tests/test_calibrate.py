@@ -1,0 +1,47 @@
+"""Certified calibration: the returned sigma meets the target, and a sigma just below
+it provably does not (so the answer is within tol of the true optimum)."""
+from __future__ import annotations
+
+import pytest
+
+import pldlib
+from pldlib.calibrate import calibrate, get_noise_multiplier
+
+
+@pytest.mark.parametrize("eps,delta,q,steps,sampling,relation", [
+    (1.0, 1e-5, 1.0, 1, "poisson", "add_remove"),
+    (2.0, 1e-6, 1.0, 100, "poisson", "substitution"),
+    (3.0, 1e-5, 0.02, 500, "poisson", "add_remove"),
+    (4.0, 1e-5, 0.05, 200, "wor", "add_remove"),
+])
+def test_calibrated_sigma_is_certified_and_tight(eps, delta, q, steps, sampling, relation):
+    tol = 2e-3
+    r = calibrate(eps, delta, q, steps, sampling=sampling, relation=relation, tol=tol)
+    samp = "none" if q == 1.0 else sampling
+    mech = lambda s: pldlib.Gaussian(sigma=s, q=q, sampling=samp, relation=relation)
+    # independent re-check at a finer accuracy than the search used
+    up = pldlib.account(mech(r.sigma), steps=steps, interval=r.interval / 2).epsilon(delta)
+    assert up.upper <= eps
+    assert r.sigma_lower is not None and r.sigma / r.sigma_lower <= 1 + tol + 1e-12
+    lo = pldlib.account(mech(r.sigma_lower), steps=steps, interval=r.interval / 2).epsilon(delta)
+    assert lo.lower > eps  # the true optimum lies in (sigma_lower, sigma]
+
+
+def test_opacus_style_helper():
+    s1 = get_noise_multiplier(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.02, steps=500)
+    s2 = get_noise_multiplier(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.02, epochs=10)
+    assert s1 == pytest.approx(s2, rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(epsilon=0.0, delta=1e-5), "epsilon"),
+    (dict(epsilon=-1.0, delta=1e-5), "epsilon"),
+    (dict(epsilon=1.0, delta=0.0), "delta"),
+    (dict(epsilon=1.0, delta=1.0), "delta"),
+    (dict(epsilon=1.0, delta=1e-5, q=1.5), "q"),
+    (dict(epsilon=1.0, delta=1e-5, steps=0), "steps"),
+    (dict(epsilon=1.0, delta=1e-5, relation="sideways"), "relation"),
+])
+def test_bad_queries(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        calibrate(**kwargs)
