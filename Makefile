@@ -21,7 +21,7 @@ test: $(STAMP)
 	@$(PY) -m pytest
 
 demo: $(STAMP)
-	@$(PY) -m pldlib.demo
+	@$(PY) -m sweeps.demo
 
 bench: $(STAMP)
 	@$(PY) -m benchmarks.run

@@ -142,6 +142,17 @@ class _Chernoff:
         return float(np.nanmin(self.kl + self.s * a))
 
 
+#: the untilting exponent log M^k - theta * eps must keep ~1e-10 absolute accuracy
+MAX_TILT_EXPONENT = 1e6
+
+
+def _theta_cap(sides) -> float:
+    """Largest tilt used: 40 composed standard deviations' worth, and float-safe."""
+    _, v0 = _moments(sides, 0.0)
+    span = max(max(abs(sd.eps[0]), abs(sd.eps[-1])) * sd.count for sd in sides) + 1.0
+    return min(40.0 / math.sqrt(max(v0, 1e-300)), MAX_TILT_EXPONENT / span)
+
+
 def solve_tilt(plds, counts, target_eps: float) -> float:
     """theta >= 0 such that the tilted composed mean equals ``target_eps`` (0 if below the mean).
 
@@ -152,7 +163,10 @@ def solve_tilt(plds, counts, target_eps: float) -> float:
     m0, v0 = _moments(sides, 0.0)
     if target_eps <= m0:
         return 0.0
-    lo, hi = 0.0, math.inf
+    theta_max = _theta_cap(sides)
+    if _moments(sides, theta_max)[0] <= target_eps:
+        return theta_max
+    lo, hi = 0.0, theta_max
     theta, mean, var = 0.0, m0, v0
     for _ in range(100):
         if mean < target_eps:
@@ -187,15 +201,14 @@ def estimate_tilt(plds, counts, delta: float) -> float:
         return logm - t * mean - math.log(t * (1 + t)) - 0.5 * math.log(2 * math.pi * max(var, 1e-300))
 
     target = math.log(delta)
-    lo, hi = 1e-6, 1.0
+    theta_max = _theta_cap(sides)
+    lo, hi = 1e-6, min(1.0, theta_max)
     if f(lo) <= target:
         return 0.0
-    for _ in range(60):
-        if f(hi) < target:
-            break
-        lo, hi = hi, hi * 2.0
-    else:
-        return hi
+    while f(hi) >= target:
+        if hi >= theta_max:  # bounded losses: no saddle point below the cap
+            return theta_max
+        lo, hi = hi, min(hi * 2.0, theta_max)
     for _ in range(40):
         mid = math.sqrt(lo * hi)
         if f(mid) > target:
@@ -283,6 +296,10 @@ def compose(
     """
     if theta < 0:
         raise ValueError("theta must be >= 0")
+    span = max(max(abs(p.start), abs(p.start + p.size)) * p.h * int(k)
+               for p, k in zip(list(plds_upper) + list(plds_lower), list(counts) * 2))
+    if theta * span > 1.01 * MAX_TILT_EXPONENT:
+        raise ValueError(f"theta={theta:.3g} is too large for float-accurate untilting over a span of {span:.3g}")
     h = plds_upper[0].h
     if any(abs(p.h - h) > 1e-15 * h for p in list(plds_upper) + list(plds_lower)):
         raise ValueError("all PLDs must share one grid spacing")

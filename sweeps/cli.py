@@ -1,0 +1,127 @@
+"""``sweeps`` command line: run / status / show / plot / demo.
+
+Exit status: 0 success; 1 a run ended with failed (or lost) blocks; 2 bad
+input (one stderr line naming the problem; nothing written); 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _build() -> argparse.ArgumentParser:
+    p = _Parser(prog="sweeps", description="Batch DP-accounting sweeps on Dask, stored in zarr.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run or resume a sweep from a YAML config")
+    r.add_argument("config", help="YAML config file (see configs/demo.yaml)")
+    r.add_argument("--scheduler", metavar="ADDR",
+                   help="address of an existing Dask scheduler (default: DASK_SCHEDULER_ADDRESS / "
+                        "Dask config, else an embedded LocalCluster)")
+    r.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes of the embedded cluster (default: one per core)")
+    r.add_argument("--store", metavar="PATH", help="store path or URL (default: the config's store)")
+    r.add_argument("--restart", action="store_true",
+                   help="discard an existing store made from another config and start over")
+    r.add_argument("--retries", type=int, default=2, metavar="N",
+                   help="Dask retries of a block after a transient error (default 2)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    s = sub.add_parser("status", help="done / failed / missing counts of a store")
+    s.add_argument("store")
+
+    sh = sub.add_parser("show", help="tables of [eps_lower, eps_upper], steps x delta")
+    sh.add_argument("store")
+    sh.add_argument("--sel", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                    help="select values, e.g. --sel sigma=0.6 q=0.01 (numbers match within 1%%)")
+
+    pl = sub.add_parser("plot", help="PNG of eps vs steps per delta (upper solid, lower dashed)")
+    pl.add_argument("store")
+    pl.add_argument("--sel", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    pl.add_argument("--out", metavar="PATH", help="PNG path (default results/<store name>.png)")
+
+    d = sub.add_parser("demo", help="run configs/demo.yaml into results/demo.zarr and summarise it")
+    d.add_argument("--workers", type=int, metavar="N")
+    d.add_argument("--scheduler", metavar="ADDR")
+    d.add_argument("--restart", action="store_true")
+    return p
+
+
+def _bad(msg: str) -> int:
+    sys.stderr.write(f"sweeps: error: {msg}\n")
+    return 2
+
+
+def main(argv=None) -> int:
+    args = _build().parse_args(argv)
+    from .config import ConfigError
+    from .report import SelectionError
+    from .store import StoreError
+
+    try:
+        if args.cmd == "run":
+            if args.workers is not None and args.workers < 1:
+                return _bad("--workers: must be >= 1")
+            if args.retries < 0:
+                return _bad("--retries: must be >= 0")
+            from .execute import run_sweep
+
+            rep = run_sweep(args.config, store=args.store, scheduler=args.scheduler,
+                            workers=args.workers, restart=args.restart, retries=args.retries,
+                            progress=not args.no_progress)
+            if rep.submitted:
+                print(f"run {rep.run}: submitted {rep.submitted} blocks, {rep.ok} ok, {rep.failed} failed"
+                      + (f", {rep.lost} lost" if rep.lost else "")
+                      + f"; {rep.already_done} were done; store {rep.store}")
+            else:
+                print(f"nothing to do: all {rep.n_blocks} blocks of {rep.store} are done")
+            return 0 if rep.complete else 1
+        if args.cmd == "status":
+            from .report import status_summary, status_text
+
+            print(status_text(status_summary(args.store)))
+            return 0
+        if args.cmd == "show":
+            from .report import parse_sel, show_text
+
+            print(show_text(args.store, parse_sel(args.sel)), end="")
+            return 0
+        if args.cmd == "plot":
+            from .report import parse_sel, plot_store
+
+            out = plot_store(args.store, parse_sel(args.sel), args.out)
+            print(f"wrote {out}")
+            return 0
+        if args.cmd == "demo":
+            from .demo import main as demo_main
+
+            argv2 = []
+            if args.workers:
+                argv2 += ["--workers", str(args.workers)]
+            if args.scheduler:
+                argv2 += ["--scheduler", args.scheduler]
+            if args.restart:
+                argv2 += ["--restart"]
+            return demo_main(argv2)
+    except (ConfigError, StoreError, SelectionError) as e:
+        return _bad(str(e))
+    except BrokenPipeError:  # e.g. `sweeps show ... | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("sweeps: interrupted (finished blocks are saved; run again to resume)\n")
+        return 130
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

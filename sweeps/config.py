@@ -1,0 +1,363 @@
+"""Sweep configuration: parse a YAML file, validate it, expand generators.
+
+A config names a grid of mechanism parameters and the accounting methods to
+run on it.  ``load_config(path)`` returns a :class:`SweepConfig` whose axes
+are plain tuples (generators such as ``{geomspace: [0.6, 4, 6]}`` expanded);
+every problem raises :class:`ConfigError` whose message starts with the
+offending field, e.g. ``grid.sigma[2]: must be > 0, got -1.0``.
+
+The *fingerprint* (sha256 of the canonical JSON of everything that decides
+the results: mechanism, methods, expanded grid, method options) identifies
+the sweep a store was made from; ``name`` and ``store`` are not part of it,
+nor is the test-only ``sleep`` option (it changes timing, not results).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+__all__ = [
+    "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable",
+    "AXES", "MECHANISMS", "SAMPLINGS", "RELATIONS",
+]
+
+#: grid axes, in the order of the dataset dimensions (``method`` comes from ``methods``)
+AXES = ("sigma", "q", "steps", "delta", "sampling", "relation")
+#: what the ``sigma`` axis means for each mechanism
+MECHANISMS = {"gaussian": "noise multiplier sigma", "laplace": "noise scale b"}
+SAMPLINGS = ("none", "poisson", "wor")
+RELATIONS = ("add", "remove", "add_remove", "substitution")
+TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
+            "sampling", "relation")
+GENERATORS = ("geomspace", "linspace")
+#: options that change only timing and are left out of the fingerprint
+FINGERPRINT_EXCLUDED_OPTIONS = ("sleep",)
+CONFIG_FORMAT = 1
+
+
+class ConfigError(ValueError):
+    """A bad config; ``field`` names the offending entry (``grid.sigma[2]``)."""
+
+    def __init__(self, field: str, problem: str):
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep; axes are tuples of plain Python values."""
+
+    name: str
+    store: str
+    mechanism: str
+    methods: tuple[str, ...]
+    sigma: tuple[float, ...]
+    q: tuple[float, ...]
+    steps: tuple[int, ...]
+    delta: tuple[float, ...]
+    sampling: tuple[str, ...]
+    relation: tuple[str, ...]
+    options: dict = field(default_factory=dict)  # method -> {option: value}, defaults filled
+    description: str = ""
+    source: str | None = None  # the file it came from
+
+    def axis(self, name: str) -> tuple:
+        return self.methods if name == "method" else getattr(self, name)
+
+    def canonical(self) -> dict:
+        """Plain-data form (the expanded grid); what the store keeps in its attrs."""
+        return {
+            "format": CONFIG_FORMAT,
+            "name": self.name,
+            "description": self.description,
+            "store": self.store,
+            "mechanism": self.mechanism,
+            "methods": list(self.methods),
+            "grid": {a: list(getattr(self, a)) for a in AXES},
+            "options": {m: dict(self.options.get(m, {})) for m in self.methods},
+        }
+
+    def fingerprint(self) -> str:
+        """sha256 of what decides the results (see the module docstring)."""
+        c = self.canonical()
+        ident = {
+            "format": c["format"],
+            "mechanism": c["mechanism"],
+            "methods": c["methods"],
+            "grid": c["grid"],
+            "options": {m: {k: v for k, v in o.items() if k not in FINGERPRINT_EXCLUDED_OPTIONS}
+                        for m, o in c["options"].items()},
+        }
+        text = json.dumps(ident, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.canonical(), sort_keys=False, default_flow_style=None)
+
+    def with_store(self, store: str | None) -> "SweepConfig":
+        if store is None:
+            return self
+        from dataclasses import replace
+
+        return replace(self, store=str(store))
+
+
+# -- scalar checks -------------------------------------------------------------
+def _number(fld: str, v) -> float:
+    # PyYAML (YAML 1.1) reads "1e-5" (no dot) as a string: accept numeric strings
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ConfigError(fld, f"must be a number, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ConfigError(fld, f"must be a number, got {v!r}")
+    v = float(v)
+    if not math.isfinite(v):
+        raise ConfigError(fld, f"must be finite, got {v!r}")
+    return v
+
+
+def _positive(fld, v) -> float:
+    v = _number(fld, v)
+    if v <= 0:
+        raise ConfigError(fld, f"must be > 0, got {v!r}")
+    return v
+
+
+def _q(fld, v) -> float:
+    v = _number(fld, v)
+    if not (0.0 < v <= 1.0):
+        raise ConfigError(fld, f"sampling rate must be in (0, 1], got {v!r}")
+    return v
+
+
+def _delta(fld, v) -> float:
+    v = _number(fld, v)
+    if not (0.0 < v < 1.0):
+        raise ConfigError(fld, f"delta must be in (0, 1), got {v!r}")
+    return v
+
+
+def _steps(fld, v) -> int:
+    if isinstance(v, bool):
+        raise ConfigError(fld, f"steps must be an integer >= 1, got {v!r}")
+    x = _number(fld, v)
+    if not x.is_integer() or x < 1:
+        raise ConfigError(fld, f"steps must be an integer >= 1, got {v!r}")
+    return int(x)
+
+
+def _choice(options):
+    def check(fld, v):
+        if not isinstance(v, str) or v not in options:
+            raise ConfigError(fld, f"unknown value {v!r} (choose from {', '.join(options)})")
+        return v
+    return check
+
+
+AXIS_CHECKS = {
+    "sigma": _positive,
+    "q": _q,
+    "steps": _steps,
+    "delta": _delta,
+    "sampling": _choice(SAMPLINGS),
+    "relation": _choice(RELATIONS),
+}
+
+
+def _expand(fld: str, spec, numeric: bool) -> list:
+    """A list, a scalar, or a generator mapping -> list of raw values."""
+    if isinstance(spec, dict):
+        if not numeric:
+            raise ConfigError(fld, "give a list of names (generators are for numeric axes)")
+        if len(spec) != 1:
+            raise ConfigError(fld, f"a generator is a mapping with one key ({' or '.join(GENERATORS)}), "
+                                   f"got {sorted(spec)}")
+        (kind, args), = spec.items()
+        if kind not in GENERATORS:
+            raise ConfigError(fld, f"unknown generator {kind!r} (use {' or '.join(GENERATORS)})")
+        if not isinstance(args, (list, tuple)) or len(args) != 3:
+            raise ConfigError(f"{fld}.{kind}", "needs [start, stop, num]")
+        start = _number(f"{fld}.{kind}[0]", args[0])
+        stop = _number(f"{fld}.{kind}[1]", args[1])
+        num = args[2]
+        if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 0:
+            raise ConfigError(f"{fld}.{kind}[2]", f"num must be an integer >= 0, got {num!r}")
+        if kind == "geomspace":
+            if start <= 0 or stop <= 0:
+                raise ConfigError(f"{fld}.geomspace", f"start and stop must be > 0, got {start!r}, {stop!r}")
+            vals = np.geomspace(start, stop, int(num))
+        else:
+            vals = np.linspace(start, stop, int(num))
+        return [float(x) for x in vals]
+    if isinstance(spec, (list, tuple)):
+        return list(spec)
+    if spec is None:
+        raise ConfigError(fld, "is empty")
+    return [spec]
+
+
+def _axis(fld: str, name: str, spec) -> tuple:
+    numeric = name not in ("sampling", "relation")
+    generated = isinstance(spec, dict)
+    raw = _expand(fld, spec, numeric)
+    check = AXIS_CHECKS[name]
+    vals = []
+    for i, v in enumerate(raw):
+        if name == "steps" and generated:
+            # generated step counts are rounded to integers (and deduplicated below)
+            x = _number(f"{fld}[{i}]", v)
+            v = int(round(x))
+        vals.append(check(f"{fld}[{i}]", v))
+    if not vals:
+        raise ConfigError(fld, "is empty (the grid would have no cells)")
+    if name == "steps" and generated:
+        vals = sorted(set(vals))
+    seen = {}
+    for i, v in enumerate(vals):
+        if v in seen:
+            raise ConfigError(f"{fld}[{i}]", f"duplicate value {v!r} (also at index {seen[v]})")
+        seen[v] = i
+    return tuple(vals)
+
+
+def _options(methods: tuple[str, ...], spec) -> dict:
+    from .methods import get_method
+
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise ConfigError("options", f"must be a mapping method -> {{option: value}}, got {type(spec).__name__}")
+    for m in spec:
+        if m not in methods:
+            raise ConfigError(f"options.{m}", f"method {m!r} is not in methods ({', '.join(methods)})")
+    out = {}
+    for m in methods:
+        given = spec.get(m) or {}
+        if not isinstance(given, dict):
+            raise ConfigError(f"options.{m}", f"must be a mapping option -> value, got {given!r}")
+        out[m] = get_method(m).validate_options(f"options.{m}", given)
+    return out
+
+
+def parse_config(data: Any, source: str | None = None) -> SweepConfig:
+    """Validate already-loaded YAML data (a mapping) into a :class:`SweepConfig`."""
+    from .methods import method_names
+
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"must be a mapping of keys (name, grid, ...), got {type(data).__name__}")
+    for k in data:
+        if k not in TOP_KEYS:
+            raise ConfigError(str(k), f"unknown key (known: {', '.join(TOP_KEYS)})")
+    stem = Path(source).stem if source else "sweep"
+    name = data.get("name", stem)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError("name", f"must be a non-empty string, got {name!r}")
+    description = data.get("description", "") or ""
+    if not isinstance(description, str):
+        raise ConfigError("description", "must be a string")
+    store = data.get("store", f"results/{name}.zarr")
+    if not isinstance(store, str) or not store.strip():
+        raise ConfigError("store", f"must be a path or URL string, got {store!r}")
+    mechanism = data.get("mechanism", "gaussian")
+    if not isinstance(mechanism, str) or mechanism.lower() not in MECHANISMS:
+        raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(MECHANISMS)})")
+    mechanism = mechanism.lower()
+
+    methods = data.get("methods", ["pld"])
+    if isinstance(methods, str):
+        methods = [methods]
+    if not isinstance(methods, list) or not methods:
+        raise ConfigError("methods", "must be a non-empty list of method names")
+    known = method_names()
+    for i, m in enumerate(methods):
+        if m not in known:
+            raise ConfigError(f"methods[{i}]", f"unknown method {m!r} (available: {', '.join(known)})")
+    if len(set(methods)) != len(methods):
+        raise ConfigError("methods", f"duplicate method in {methods}")
+    methods = tuple(methods)
+
+    grid = data.get("grid")
+    if grid is None:
+        raise ConfigError("grid", "missing (give at least sigma, steps and delta)")
+    if not isinstance(grid, dict):
+        raise ConfigError("grid", f"must be a mapping axis -> values, got {type(grid).__name__}")
+    grid = dict(grid)
+    for k in grid:
+        if k not in AXES:
+            raise ConfigError(f"grid.{k}", f"unknown axis (known: {', '.join(AXES)})")
+    for k in ("sampling", "relation"):  # also accepted at top level
+        if k in data:
+            if k in grid:
+                raise ConfigError(k, f"given both at top level and in grid.{k}")
+            grid[k] = data[k]
+    defaults = {"q": [1.0], "sampling": ["none"], "relation": ["add_remove"]}
+    axes = {}
+    for a in AXES:
+        if a not in grid:
+            if a in defaults:
+                grid[a] = defaults[a]
+            else:
+                raise ConfigError(f"grid.{a}", "missing (required axis)")
+        fld = f"grid.{a}" if a in (data.get("grid") or {}) or a not in data else a
+        axes[a] = _axis(fld, a, grid[a])
+    if "none" in axes["sampling"]:
+        small = [q for q in axes["q"] if q < 1.0]
+        if small:
+            raise ConfigError("grid.sampling", f"'none' needs q = 1 but grid.q has {small[0]!r}; use "
+                                               "poisson or wor for q < 1 (with q = 1 they equal 'none')")
+    options = _options(methods, data.get("options"))
+    return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
+                       options=options, description=description, source=source, **axes)
+
+
+def load_config(path: str | os.PathLike) -> SweepConfig:
+    """Read and validate a YAML config file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError("config", f"cannot read {str(p)!r}: {reason}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise ConfigError("config", f"{str(p)!r} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    return parse_config(data, source=str(p))
+
+
+def check_store_writable(store: str) -> None:
+    """Raise ConfigError('store', ...) unless ``store`` can be created or written.
+
+    Local paths are checked on disk (the store or its nearest existing parent
+    must be a writable directory); URLs (``s3://...``) are left to fsspec.
+    """
+    if "://" in store and not store.startswith("file://"):
+        return
+    p = Path(store.removeprefix("file://")).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise ConfigError("store", f"{str(p)!r} exists and is not a directory (a zarr store is one)")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError("store", f"{str(p)!r} is not writable (permission denied)")
+        return
+    parent = p.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError("store", f"cannot create {str(p)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError("store", f"cannot create {str(p)!r}: {str(parent)!r} is not writable (permission denied)")

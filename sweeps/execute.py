@@ -1,0 +1,283 @@
+"""Run a sweep on Dask distributed: plan, store, submit, write as results arrive.
+
+``run_sweep(config)`` plans the grid, prepares the store (create, resume or
+refuse), submits one task per unfinished block (``client.submit(run_block,
+spec, retries=...)``) and writes every result from the client as it arrives
+(``as_completed``), one chunk per variable.  A block's own exceptions come
+back as data (status 2 + error text); a block whose worker keeps dying ends
+as ``KilledWorker`` and is recorded the same way; the sweep goes on.
+
+Cluster choice: an explicit ``client``; else ``scheduler`` (an address);
+else the Dask config / ``DASK_SCHEDULER_ADDRESS``; else an embedded
+``LocalCluster`` (one single-threaded worker process per core).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import SweepConfig, check_store_writable, load_config
+from .plan import DIMS, make_plan
+from .store import (STATUS_OK, BlockWriter, block_states, check_store, now_iso, prepare_store,
+                    read_attrs, read_status, update_attrs)
+
+__all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress"]
+
+
+@dataclass
+class RunReport:
+    store: str
+    run: int = 0                 # run number written into the store (0: nothing submitted)
+    action: str = ""             # created / resumed / restarted
+    n_blocks: int = 0
+    already_done: int = 0
+    submitted: int = 0
+    ok: int = 0                  # blocks with every cell ok
+    failed: int = 0              # blocks with a failed cell
+    lost: int = 0                # futures cancelled / lost with the cluster (left missing)
+    wall_seconds: float = 0.0
+    submitted_blocks: list = field(default_factory=list)  # block numbers
+
+    @property
+    def complete(self) -> bool:
+        return self.already_done + self.ok == self.n_blocks
+
+
+class Progress:
+    """A text progress bar on stderr: redrawn in place on a terminal, a line per 10% otherwise."""
+
+    def __init__(self, total: int, stream=None, enabled: bool = True, width: int = 30):
+        self.total, self.done, self.failed = total, 0, 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled and total > 0
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.width = width
+        self.t0 = time.monotonic()
+        self._last_decile = -1
+
+    def update(self, failed: bool = False) -> None:
+        self.done += 1
+        self.failed += bool(failed)
+        if not self.enabled:
+            return
+        decile = (10 * self.done) // self.total
+        if not self.tty and decile == self._last_decile and self.done != self.total:
+            return
+        self._last_decile = decile
+        frac = self.done / self.total
+        bar = "#" * int(round(frac * self.width))
+        el = time.monotonic() - self.t0
+        eta = el / frac - el if frac > 0 else float("nan")
+        line = (f"[{bar:<{self.width}}] {self.done}/{self.total} blocks "
+                f"({self.failed} failed)  {el:.0f}s elapsed, ~{eta:.0f}s left")
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if self.done == self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _default_workers() -> int:
+    import dask.system
+
+    return max(1, int(dask.system.CPU_COUNT))
+
+
+def make_client(scheduler: str | None = None, workers: int | None = None, max_needed: int | None = None):
+    """Return ``(client, cluster_or_None, description)``; the caller closes what it got.
+
+    ``scheduler`` (an address) or the Dask config ``scheduler-address`` (also
+    set by ``DASK_SCHEDULER_ADDRESS``) connect to an existing cluster;
+    otherwise an embedded LocalCluster with ``workers`` single-threaded
+    worker processes (default: one per core, at most ``max_needed``).
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    address = scheduler or dask.config.get("scheduler-address", None)
+    if address:
+        if workers:
+            warnings.warn("--workers is ignored with an existing scheduler", stacklevel=2)
+        try:
+            client = Client(address)
+        except (OSError, ValueError) as e:  # includes TimeoutError
+            from .config import ConfigError
+
+            raise ConfigError("scheduler", f"cannot connect to {address!r}: {type(e).__name__}: {e}") from None
+        return client, None, f"scheduler {address}"
+    n = workers or _default_workers()
+    if max_needed:
+        n = max(1, min(n, max_needed))
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    client = cluster.get_client()
+    return client, cluster, f"embedded LocalCluster ({n} worker process{'es' if n != 1 else ''})"
+
+
+def slurm_cluster(jobs: int = 1, **kwargs):
+    """A dask-jobqueue ``SLURMCluster`` scaled to ``jobs`` jobs (needs the ``cluster`` extra).
+
+    Keyword arguments go to ``SLURMCluster`` (``queue``, ``account``,
+    ``cores``, ``memory``, ``walltime``, ``job_extra_directives`` ...).  Use
+    ``run_sweep(config, client=cluster.get_client())``.
+    """
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError as e:
+        raise RuntimeError("dask-jobqueue is not installed: pip install 'pldlib[cluster]'") from e
+    opts = {"cores": 4, "processes": 4, "memory": "16GB", "walltime": "02:00:00"}
+    opts.update(kwargs)
+    cluster = SLURMCluster(**opts)
+    cluster.scale(jobs=jobs)
+    return cluster
+
+
+def _lost_result(block, exc: BaseException | None, what: str) -> dict:
+    return {"index": block.number, "eps_lower": None, "eps_upper": None, "failed": None,
+            "error": what if exc is None else f"{what}: {type(exc).__name__}: {exc}",
+            "seconds": None, "host": "", "finished_at": time.time()}
+
+
+def run_sweep(config: SweepConfig | str | os.PathLike, *, store: str | None = None, client=None,
+              scheduler: str | None = None, workers: int | None = None, restart: bool = False,
+              retries: int = 2, progress: bool = True, stream=None, on_result=None) -> RunReport:
+    """Run (or resume) a sweep; returns a :class:`RunReport`.
+
+    Raises :class:`sweeps.config.ConfigError` / :class:`sweeps.store.StoreError`
+    on bad input, before anything is written.  ``on_result(block, result,
+    report)`` is called after each block is written (tests use it).
+    """
+    stream = stream if stream is not None else sys.stderr
+    t_start = time.monotonic()
+    cfg = load_config(config) if not isinstance(config, SweepConfig) else config
+    cfg = cfg.with_store(store)
+    path = cfg.store
+    check_store_writable(path)
+    plan = make_plan(cfg)
+    planned = check_store(path, plan, restart=restart)  # raises before anything is written
+    status = read_status(path) if planned == "resume" else None  # cell status before this run
+    states = block_states(plan, status) if status is not None else np.zeros(len(plan.blocks), np.int8)
+    todo = [b for b in plan.blocks if states[b.number] != STATUS_OK]
+    report = RunReport(store=path, action=planned, n_blocks=len(plan.blocks),
+                       already_done=len(plan.blocks) - len(todo))
+
+    def say(msg):
+        stream.write(f"sweeps: {msg}\n")
+        stream.flush()
+
+    if not todo:
+        report.action = "resumed"
+        say(f"{cfg.name}: all {len(plan.blocks)} blocks of {path} are done")
+        report.wall_seconds = time.monotonic() - t_start
+        return report
+    own_client = client is None
+    cluster = None
+    if own_client:  # connect first: a bad --scheduler leaves no trace in the store
+        client, cluster, where = make_client(scheduler, workers, max_needed=len(todo))
+    else:
+        where = f"client {client.scheduler.address}"
+    try:
+        report.action = prepare_store(path, plan, restart=restart, action=planned)
+        say(f"{cfg.name}: {len(plan.blocks)} blocks x {plan.cells_per_block} cells, store {path} "
+            f"({report.action}); {report.already_done} done, {len(todo)} to compute")
+        _submit_and_write(client, where, plan, todo, status, report, retries=retries, say=say,
+                          bar=Progress(len(todo), stream=stream, enabled=progress), on_result=on_result)
+    finally:
+        if own_client:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    report.wall_seconds = time.monotonic() - t_start
+    say(f"run {report.run}: {report.ok} blocks ok, {report.failed} failed"
+        + (f", {report.lost} lost (left missing)" if report.lost else "")
+        + f", {report.already_done} done before; {report.wall_seconds:.1f} s")
+    return report
+
+
+def _submit_and_write(client, where, plan, todo, status, report, *, retries, say, bar, on_result):
+    """Submit ``todo``, write each result as it arrives, keep the run record in the attrs."""
+    from distributed import CancelledError, as_completed
+
+    import pldlib
+
+    from .methods import run_block
+
+    path = plan.config.store
+    attrs = read_attrs(path)
+    runs = json.loads(attrs.get("runs", "[]"))
+    report.run = len(runs) + 1
+    record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
+              "submitted": len(todo), "ok": 0, "failed": 0, "lost": 0, "where": where,
+              "pldlib_version": pldlib.__version__}
+    if attrs.get("pldlib_version") != pldlib.__version__:
+        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {pldlib.__version__}")
+    update_attrs(path, runs=json.dumps(runs + [record]), started=attrs.get("started") or record["started"])
+    say(f"run {report.run}: submitting {len(todo)} blocks to {where}")
+    writer = BlockWriter(path, plan)
+    S, D = len(plan.coords["steps"]), len(plan.coords["delta"])
+    futures = {}
+    try:
+        for rank, b in enumerate(todo):
+            fut = client.submit(run_block, plan.spec(b), key=f"sweeps-block-{b.number}-{os.urandom(4).hex()}",
+                                pure=False, retries=retries, priority=len(todo) - rank)
+            futures[fut] = b
+            report.submitted_blocks.append(b.number)
+        report.submitted = len(todo)
+        ac = as_completed(list(futures))
+        for fut in ac:
+            b = futures[fut]
+            if fut.status in ("pending", "lost"):
+                # its result died with a worker before we fetched it: Dask recomputes it
+                ac.add(fut)
+                continue
+            futures.pop(fut)
+            try:
+                result = fut.result()
+            except CancelledError:  # cancelled or lost with the cluster: leave it missing
+                report.lost += 1
+                bar.update(failed=True)
+                continue
+            except Exception as exc:
+                if type(exc).__name__ == "KilledWorker":
+                    what = "the worker process died every time this block ran"
+                else:
+                    what = f"transient error persisted after {retries} retries"
+                result = _lost_result(b, exc, what)
+            finally:
+                fut.release()
+            if result.get("eps_upper") is None:
+                result.update(eps_lower=np.full((S, D), np.nan), eps_upper=np.full((S, D), np.nan),
+                              failed=np.ones((S, D), bool))
+            keep = None
+            if status is not None:  # cells that were ok before this run stay ok
+                reg = plan.region(b)
+                keep = (status[tuple(reg[d] for d in DIMS)] == STATUS_OK).reshape(S, D)
+            cells = writer.write(b, result, report.run, keep_ok=keep)
+            bad = bool((cells != STATUS_OK).any())
+            report.failed += bad
+            report.ok += not bad
+            bar.update(failed=bad)
+            if on_result is not None:
+                on_result(b, result, report)
+        record["state"] = "finished"
+    except BaseException:
+        record["state"] = "interrupted"
+        raise
+    finally:
+        for fut in futures:
+            fut.cancel()
+        record.update(finished=now_iso(), ok=report.ok, failed=report.failed, lost=report.lost)
+        attrs = read_attrs(path) or {}
+        runs = json.loads(attrs.get("runs", "[]"))
+        runs = [r for r in runs if r.get("run") != report.run] + [record]
+        extra = {}
+        if record["state"] == "finished":
+            extra["finished"] = record["finished"]
+            extra["complete"] = report.already_done + report.ok == report.n_blocks
+        update_attrs(path, runs=json.dumps(runs), **extra)

@@ -1,0 +1,380 @@
+"""The zarr store of a sweep: skeleton, chunk-aligned region writes, status.
+
+Layout (an xarray Dataset, zarr format 3, consolidated metadata):
+
+* cell variables, dims ``(sigma, q, steps, delta, sampling, relation, method)``:
+  ``eps_lower``, ``eps_upper`` (float64, NaN where not computed),
+  ``seconds`` (float64: compute time of the cell's block / cells per block),
+  ``status`` (int8: 0 missing, 1 ok, 2 failed);
+* block variables, dims ``(sigma, q, sampling, relation, method)``:
+  ``error`` (variable-length UTF-8 text, "" when none), ``run`` (int16, the
+  run that wrote the block, 0 = never), ``finished_at`` (float64 unix time),
+  ``host`` (text, worker host:pid);
+* attrs: ``sweeps_config`` (canonical YAML), ``sweeps_fingerprint``,
+  ``pldlib_version``, ``created``, ``started`` (first run), ``finished`` (end
+  of the last run that ran to its end), ``complete`` (every block ok),
+  ``machine`` (JSON), ``runs`` (JSON list, one record per ``sweeps run``),
+  ``status_codes``.
+
+Chunks are 1 along the block dims and full along steps and delta, so one
+block = one chunk of every variable.  The skeleton is written once by the
+client (``to_zarr(compute=False, mode="w-")`` of dask placeholders, chunks
+never written: zarr 3 reads them as the fill value); afterwards only the
+client writes, block by block, with ``to_zarr(region=..., mode="r+")`` --
+data variables first, then ``status``/``run`` as the commit marker, so a
+driver killed between the two leaves the block "missing", never "ok" with
+stale numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import time
+import uuid
+import warnings
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .plan import BLOCK_DIMS, DIMS, Block, Plan
+
+__all__ = ["StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "STATUS_CODES",
+           "CELL_VARS", "BLOCK_VARS", "read_attrs", "store_exists", "create_skeleton",
+           "check_store", "prepare_store", "read_status", "block_states", "BlockWriter", "update_attrs",
+           "open_dataset", "now_iso"]
+
+STATUS_MISSING, STATUS_OK, STATUS_FAILED = 0, 1, 2
+STATUS_CODES = "0 = missing (not computed yet), 1 = ok, 2 = failed (see the block's error)"
+CELL_VARS = ("eps_lower", "eps_upper", "seconds", "status")
+BLOCK_VARS = ("error", "run", "finished_at", "host")
+STORE_FORMAT = 1
+STR = np.dtypes.StringDType()
+
+
+class StoreError(Exception):
+    """A store that cannot be used as asked (message names the store and the problem)."""
+
+    def __init__(self, problem: str):
+        super().__init__(f"store: {problem}")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def machine_info() -> dict:
+    import dask.system
+
+    return {"host": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "cores": int(dask.system.CPU_COUNT)}
+
+
+@contextmanager
+def _quiet():
+    # zarr warns that consolidated metadata is not in the v3 spec on every write
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        yield
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _fs(path: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(path)
+
+
+def store_exists(path: str) -> bool:
+    fs, p = _fs(path)
+    return fs.exists(p)
+
+
+def read_attrs(path: str) -> dict | None:
+    """The store's attrs, or None when ``path`` holds no zarr group."""
+    import zarr
+
+    try:
+        with _quiet():
+            g = zarr.open_group(path, mode="r")
+        return dict(g.attrs)
+    except Exception:
+        return None
+
+
+def open_dataset(path: str):
+    """The sweep as an xarray Dataset (NumPy-backed)."""
+    import xarray as xr
+
+    if read_attrs(path) is None:
+        raise StoreError(f"{path!r} is not a zarr store (nothing there, or not readable)")
+    with _quiet():
+        return xr.open_zarr(path, chunks=None)
+
+
+def _template(plan: Plan, attrs: dict):
+    import dask.array as da
+    import xarray as xr
+
+    shape = tuple(plan.shape[d] for d in DIMS)
+    chunks = tuple(plan.chunks[d] for d in DIMS)
+    bshape = tuple(plan.shape[d] for d in BLOCK_DIMS)
+    bchunks = (1,) * len(BLOCK_DIMS)
+    coords = {}
+    for d in DIMS:
+        vals = plan.coords[d]
+        if d in ("sampling", "relation", "method"):
+            coords[d] = np.array(vals, dtype=STR)
+        elif d == "steps":
+            coords[d] = np.array(vals, dtype=np.int64)
+        else:
+            coords[d] = np.array(vals, dtype=np.float64)
+    data = {
+        "eps_lower": (DIMS, da.full(shape, np.nan, chunks=chunks, dtype=np.float64),
+                      {"long_name": "certified lower bound on epsilon(delta)"}),
+        "eps_upper": (DIMS, da.full(shape, np.nan, chunks=chunks, dtype=np.float64),
+                      {"long_name": "certified upper bound on epsilon(delta)"}),
+        "seconds": (DIMS, da.full(shape, np.nan, chunks=chunks, dtype=np.float64),
+                    {"long_name": "compute time of the cell's block / cells per block",
+                     "unit": "s"}),
+        "status": (DIMS, da.zeros(shape, chunks=chunks, dtype=np.int8),
+                   {"long_name": "cell status", "flag_values": [0, 1, 2],
+                    "flag_meanings": "missing ok failed", "codes": STATUS_CODES}),
+        "error": (BLOCK_DIMS, da.full(bshape, "", chunks=bchunks, dtype=STR),
+                  {"long_name": "error text of the block ('' if none)"}),
+        "run": (BLOCK_DIMS, da.zeros(bshape, chunks=bchunks, dtype=np.int16),
+                {"long_name": "number of the sweeps run that wrote the block (0 = never)"}),
+        "finished_at": (BLOCK_DIMS, da.full(bshape, np.nan, chunks=bchunks, dtype=np.float64),
+                        {"long_name": "when the block's result was written",
+                         "unit": "seconds since 1970-01-01 UTC"}),
+        "host": (BLOCK_DIMS, da.full(bshape, "", chunks=bchunks, dtype=STR),
+                 {"long_name": "worker (host:pid) that computed the block"}),
+    }
+    ds = xr.Dataset({k: xr.Variable(*v) for k, v in data.items()}, coords=coords)
+    ds.coords["sigma"].attrs["long_name"] = (
+        "Laplace noise scale b" if plan.config.mechanism == "laplace" else "Gaussian noise multiplier sigma")
+    ds.coords["q"].attrs["long_name"] = "sampling rate"
+    ds.coords["steps"].attrs["long_name"] = "number of compositions"
+    ds.attrs.update(attrs)
+    return ds
+
+
+def create_skeleton(path: str, plan: Plan) -> None:
+    """Write metadata + coordinates (no data chunks) with mode 'w-'.
+
+    Local stores are built next to ``path`` and renamed into place, so a
+    driver killed while creating leaves no half-made store at ``path``.
+    """
+    cfg = plan.config
+    import pldlib
+
+    attrs = {
+        "title": f"sweeps: {cfg.name}",
+        "sweeps_format": STORE_FORMAT,
+        "sweeps_config": cfg.to_yaml(),
+        "sweeps_fingerprint": cfg.fingerprint(),
+        "pldlib_version": pldlib.__version__,
+        "mechanism": cfg.mechanism,
+        "status_codes": STATUS_CODES,
+        "created": now_iso(),
+        "started": "",
+        "finished": "",
+        "complete": False,
+        "machine": json.dumps(machine_info()),
+        "runs": "[]",
+        "n_blocks": len(plan.blocks),
+        "cells_per_block": plan.cells_per_block,
+    }
+    ds = _template(plan, attrs)
+    if _is_local(path):
+        final = Path(path.removeprefix("file://"))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".{final.name}.creating-{uuid.uuid4().hex[:8]}"
+        try:
+            with _quiet():
+                ds.to_zarr(str(tmp), compute=False, mode="w-")
+            os.rename(tmp, final)  # fails if final exists (not empty): never clobber
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        with _quiet():
+            ds.to_zarr(path, compute=False, mode="w-")
+
+
+def check_store(path: str, plan: Plan, restart: bool = False) -> str:
+    """What ``prepare_store`` would do with ``path``: 'create', 'resume' or 'restart'.
+
+    Writes nothing.  Raises :class:`StoreError` when ``path`` holds a store
+    made from another config and ``restart`` is false, or holds something
+    that is not a sweeps store (never deleted, not even with ``restart``).
+    """
+    fp = plan.config.fingerprint()
+    if not store_exists(path):
+        return "create"
+    attrs = read_attrs(path)
+    fs, p = _fs(path)
+    if attrs is None or "sweeps_fingerprint" not in attrs:
+        if fs.isdir(p) and not fs.ls(p):
+            return "create"  # an empty directory: use it
+        raise StoreError(f"{path!r} exists and is not a sweeps store; choose another --store "
+                         "(it is never overwritten, not even with --restart)")
+    if attrs["sweeps_fingerprint"] != fp and not restart:
+        raise StoreError(
+            f"{path!r} was made from a different config (fingerprint "
+            f"{attrs['sweeps_fingerprint'][:12]} != {fp[:12]}); use --restart to start over "
+            "or choose another --store")
+    if restart:
+        return "restart"
+    _check_layout(path, plan)
+    return "resume"
+
+
+def prepare_store(path: str, plan: Plan, restart: bool = False, action: str | None = None) -> str:
+    """Make ``path`` ready for ``plan``; returns 'created', 'resumed' or 'restarted'.
+
+    ``action``: the result of :func:`check_store` if already known.
+    """
+    action = action or check_store(path, plan, restart)
+    if action == "resume":
+        return "resumed"
+    fs, p = _fs(path)
+    if fs.exists(p):  # a sweeps store to start over, or an empty directory
+        fs.rm(p, recursive=True)
+    create_skeleton(path, plan)
+    return "restarted" if action == "restart" else "created"
+
+
+def _check_layout(path: str, plan: Plan) -> None:
+    import zarr
+
+    with _quiet():
+        g = zarr.open_group(path, mode="r")
+    for v in CELL_VARS + BLOCK_VARS:
+        dims = DIMS if v in CELL_VARS else BLOCK_DIMS
+        want = tuple(plan.shape[d] for d in dims)
+        if v not in g or tuple(g[v].shape) != want:
+            raise StoreError(f"{path!r} is incomplete or has another layout (variable {v!r}); "
+                             "use --restart to start over")
+
+
+def read_status(path: str) -> np.ndarray:
+    """The cell status array, dims in :data:`DIMS` order."""
+    import zarr
+
+    with _quiet():
+        g = zarr.open_group(path, mode="r")
+    return np.asarray(g["status"][...])
+
+
+def block_states(plan: Plan, status: np.ndarray) -> np.ndarray:
+    """Per block (in plan order): 0 missing (no cell written), 1 done (all ok), 2 failed/partial."""
+    out = np.zeros(len(plan.blocks), dtype=np.int8)
+    for b in plan.blocks:
+        reg = plan.region(b)
+        s = status[tuple(reg[d] for d in DIMS)]
+        if (s == STATUS_OK).all():
+            out[b.number] = STATUS_OK
+        elif (s == STATUS_MISSING).all():
+            out[b.number] = STATUS_MISSING
+        else:
+            out[b.number] = STATUS_FAILED
+    return out
+
+
+def update_attrs(path: str, **attrs) -> None:
+    """Update the root attrs (client only, serially) and refresh consolidated metadata."""
+    import zarr
+
+    with _quiet():
+        g = zarr.open_group(path, mode="r+")
+        g.attrs.update(attrs)
+        zarr.consolidate_metadata(path)
+
+
+class BlockWriter:
+    """Writes block results into the store, one chunk per variable, client side."""
+
+    def __init__(self, path: str, plan: Plan):
+        import zarr
+
+        self.path = path
+        self.plan = plan
+        with _quiet():
+            g = zarr.open_group(path, mode="r")
+        self.chunks = {}
+        for v in CELL_VARS + BLOCK_VARS:
+            dims = DIMS if v in CELL_VARS else BLOCK_DIMS
+            self.chunks[v] = dict(zip(dims, g[v].chunks))
+
+    def _assert_aligned(self, var: str, region: dict) -> None:
+        for d, sl in region.items():
+            c, n = self.chunks[var][d], self.plan.shape[d]
+            if sl.start % c != 0 or sl.stop != min(sl.start + c, n):
+                raise AssertionError(f"region {d}={sl} of {var!r} is not exactly one chunk (chunk size {c})")
+
+    def write(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None) -> np.ndarray:
+        """Write ``result`` (from :func:`sweeps.methods.run_block`) for ``block``.
+
+        ``keep_ok``: boolean (steps, delta) mask of cells already ok in the
+        store; where the new result failed them, the old values are kept
+        (a retry never writes a worse result over a good one).  Returns the
+        written cell status (steps, delta).
+        """
+        import xarray as xr
+
+        plan = self.plan
+        S, D = len(plan.coords["steps"]), len(plan.coords["delta"])
+        lo = np.asarray(result["eps_lower"], dtype=np.float64).reshape(S, D)
+        up = np.asarray(result["eps_upper"], dtype=np.float64).reshape(S, D)
+        failed = np.asarray(result["failed"], dtype=bool).reshape(S, D)
+        secs = np.full((S, D), np.nan)
+        if result.get("seconds") is not None:
+            secs[:] = float(result["seconds"]) / plan.cells_per_block
+        status = np.where(failed, STATUS_FAILED, STATUS_OK).astype(np.int8)
+        region = plan.region(block)
+        bregion = plan.region(block, BLOCK_DIMS)
+        if keep_ok is not None and (keep_ok & failed).any():
+            with _quiet():
+                old = xr.open_zarr(self.path, chunks=None)[["eps_lower", "eps_upper", "seconds"]]
+                old = old.isel(region).load()
+            keep = keep_ok & failed
+            lo = np.where(keep, _cells(old["eps_lower"].values), lo)
+            up = np.where(keep, _cells(old["eps_upper"].values), up)
+            secs = np.where(keep, _cells(old["seconds"].values), secs)
+            status = np.where(keep, STATUS_OK, status).astype(np.int8)
+
+        def cell(a):  # (S, D) -> DIMS-shaped region
+            return xr.Variable(DIMS, a.reshape(1, 1, S, D, 1, 1, 1))
+
+        def blk(value, dtype):
+            return xr.Variable(BLOCK_DIMS, np.full((1,) * len(BLOCK_DIMS), value, dtype=dtype))
+
+        data = xr.Dataset({
+            "eps_lower": cell(lo), "eps_upper": cell(up), "seconds": cell(secs),
+            "error": blk(result.get("error", ""), STR),
+            "finished_at": blk(result.get("finished_at", time.time()), np.float64),
+            "host": blk(result.get("host", ""), STR),
+        })
+        commit = xr.Dataset({"status": cell(status), "run": blk(run, np.int16)})
+        for ds in (data, commit):
+            for v in ds.data_vars:
+                self._assert_aligned(v, region if v in CELL_VARS else bregion)
+        with _quiet():
+            # data first, then the commit marker (status, run)
+            data.to_zarr(self.path, region={d: region[d] for d in DIMS}, mode="r+", consolidated=False)
+            commit.to_zarr(self.path, region={d: region[d] for d in DIMS}, mode="r+", consolidated=False)
+        return status
+
+
+def _cells(a: np.ndarray) -> np.ndarray:
+    """A DIMS-shaped single-block array -> (steps, delta)."""
+    return a.reshape(a.shape[2], a.shape[3])
