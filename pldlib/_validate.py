@@ -71,6 +71,25 @@ def steps(name: str, value) -> int:
     return v
 
 
+def positive_int(name: str, value) -> int:
+    """An integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def probability_closed_open(name: str, value) -> float:
+    """A number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in [0, 1), got {value!r}")
+    v = float(value)
+    if not (0.0 <= v < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), got {v!r}")
+    return v
+
+
 def choice(name: str, value, options: Iterable[str]) -> str:
     options = tuple(options)
     if value not in options:
@@ -78,9 +97,19 @@ def choice(name: str, value, options: Iterable[str]) -> str:
     return value
 
 
+def _float_array(name: str, values) -> np.ndarray:
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be a number or a list of numbers, got {values!r}")
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number or a list of numbers, got {values!r}") from None
+    return arr
+
+
 def delta_array(name: str, values) -> np.ndarray:
     """A non-empty 1-d array of deltas, each in (0, 1)."""
-    arr = np.atleast_1d(np.asarray(values, dtype=float))
+    arr = _float_array(name, values)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty list of numbers")
     bad = ~((arr > 0) & (arr < 1))
@@ -91,7 +120,7 @@ def delta_array(name: str, values) -> np.ndarray:
 
 def epsilon_array(name: str, values) -> np.ndarray:
     """A non-empty 1-d array of finite epsilons (negative values allowed)."""
-    arr = np.atleast_1d(np.asarray(values, dtype=float))
+    arr = _float_array(name, values)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty list of numbers")
     bad = ~np.isfinite(arr)

@@ -126,7 +126,9 @@ class PLDAccountant:
 
     def __init__(self, components, interval=None, max_bins=DEFAULT_MAX_BINS):
         self.components = components
-        self.max_bins = int(max_bins)
+        self.max_bins = V.positive_int("max_bins", max_bins)
+        if self.max_bins < 16:
+            raise ValueError(f"max_bins must be at least 16, got {self.max_bins}")
         self.total_steps = sum(k for _, k in components)
         per_comp = [m.branches() for m, _ in components]
         labels = [b.label for b in per_comp[0]]
@@ -211,14 +213,18 @@ class PLDAccountant:
                 mean += k * mu
                 var += k * v
                 K += k
-                widths.append(hi - lo)
+                if hi - lo > 0:
+                    widths.append(hi - lo)
                 # an optimistic PLD cannot resolve mass between 0 and a support edge
                 # closer than h (e.g. ln(1-q) for Poisson remove): keep h below half of it
                 edges.extend(abs(e) for e in (lo, hi) if e != 0.0 and math.isfinite(e))
             s = math.sqrt(max(var, 1e-300))
             eps_typ = max(mean + 3 * s, 1e-3)
-            h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
-                    0.5 * min(edges, default=math.inf))
+            if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
+                h = min(0.5 * min(edges, default=0.2), 0.1)
+            else:
+                h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
+                        0.5 * min(edges, default=math.inf))
             if h < best:
                 best, best_eps = h, eps_typ
         return float(max(best, 1e-6)), best_eps
@@ -254,6 +260,7 @@ class PLDAccountant:
         share = np.full(n, np.inf)
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
         comp = self._compose(st, estimate_tilt(st.uppers, st.counts, float(deltas.min())))
+        tried = [comp.theta]
         todo = np.arange(n)
         for attempt in range(12):
             d = deltas[todo]
@@ -272,10 +279,11 @@ class PLDAccountant:
             j = todo[np.argmin(deltas[todo])]
             theta = (self._tilt_for(st, up[j]) if np.isfinite(up[j])
                      else estimate_tilt(st.uppers, st.counts, float(deltas[j])))
-            if any(abs(theta - th) < 1e-9 * max(1.0, th) for th, _ in st.cache):
-                theta = 0.0 if not any(th == 0.0 for th, _ in st.cache) else None
+            if any(abs(theta - th) < 1e-9 * max(1.0, th) for th in tried):
+                theta = 0.0 if 0.0 not in tried else None  # fall back to the untilted window
             if theta is None:
                 break
+            tried.append(theta)
             comp = self._compose(st, theta)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():

@@ -65,9 +65,12 @@ class Composition:
     n_bins: int
 
     def alias_term(self, eps) -> np.ndarray:
+        if self.alias_log_bound == -np.inf:
+            return np.zeros(np.shape(eps))
         eps = np.maximum(np.asarray(eps, dtype=float), self.valid_from)
-        with np.errstate(under="ignore", over="ignore"):
-            return np.exp(self.alias_log_bound - self.theta * eps)
+        with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+            out = np.exp(self.alias_log_bound - self.theta * eps)
+        return np.where(np.isnan(out), np.inf, out)  # unknown -> no lower-bound credit
 
 
 def _logsumexp_rows(z: np.ndarray) -> np.ndarray:
@@ -352,6 +355,9 @@ def compose(
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
     log_f = sum(k * math.log(max(f, 1e-300)) for f, k in zip(F, counts))
     p_inf_lo = max(math.exp(log_fp) - math.exp(log_f), 0.0)
+    p_inf_lo = min(p_inf_lo, -math.expm1(sum(k * math.log1p(-min(p.p_inf, 1.0 - 1e-300))
+                                                for p, k in zip(plds_lower, counts))))
+    p_inf_lo *= 1.0 - 8.0 * _U * (1 + len(counts))  # round the lower bound down
     with np.errstate(over="ignore", invalid="ignore"):
         m_lo = np.maximum(y - E, 0.0) * untilt
     # dropping mass is on the optimistic side

@@ -97,6 +97,9 @@ def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -
 
 #: relative accuracy assumed of a profile's sf/cdf values (scipy's ndtr is ~1e-15)
 SF_REL_ACCURACY = 16 * _U
+#: deltas evaluated as exp(log-space expression): relative error ~ this * (2 + |ln delta|)
+#: (log_ndtr carries ~1e-14 relative error, amplified by |ln delta| through exp)
+LOG_DELTA_REL_ACCURACY = 64 * _U
 
 
 def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
@@ -136,7 +139,7 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     masses[-1] += beyond
     err[0] += SF_REL_ACCURACY * below
     err[-1] += SF_REL_ACCURACY * (beyond + d_n)
-    p_inf = d_n * (1 + SF_REL_ACCURACY)
+    p_inf = d_n * (1 + SF_REL_ACCURACY + (LOG_DELTA_REL_ACCURACY * (2.0 + abs(math.log(d_n))) if d_n > 0 else 0.0))
     return _finite_pld(masses, grid, p_inf, True, err)
 
 
@@ -188,7 +191,8 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     x = np.exp(eps)
     n = grid.n
     hv = profile.delta(eps)
-    s = profile.sf_q(eps)  # -h'(alpha) (right derivative)
+    s = profile.sf_q(eps)  # -h'(alpha+) = Q(L > eps): the right derivative
+    s_left = profile.sf_q(np.nextafter(eps, -np.inf))  # -h'(alpha-) = Q(L >= eps)
     istar = -grid.start  # index of eps = 0
     c = np.empty(n + 1)
     # alpha < 1: tangent at the left neighbour (alpha_{-1} = 0 with h(0) = 1, h'(0+) = -Q(L > -inf))
@@ -197,8 +201,10 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     prev_s = np.concatenate([[s_left0], s[:-1]])
     prev_x = np.concatenate([[0.0], x[:-1]])
     left_tan = prev_h - prev_s * (x - prev_x)
+    # alpha > 1: tangent at the right neighbour, evaluated to its left: the left
+    # derivative gives the higher (still supporting) line at atoms on the grid
     next_h = np.concatenate([hv[1:], [profile.p_inf]])
-    next_s = np.concatenate([s[1:], [0.0]])
+    next_s = np.concatenate([s_left[1:], [0.0]])
     next_x = np.concatenate([x[1:], [np.inf]])
     with np.errstate(invalid="ignore"):
         right_tan = next_h + next_s * (next_x - x)
@@ -212,30 +218,36 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     # candidate stays under the tangent of its cell, so chords stay under h.
     a, b = x[istar - 1], x[istar + 1]
     tau_l = _best_tangent(profile, eps[istar - 1], 0.0, lambda t: t(a) >= 1.0 - a, keep_high=True)
-    tau_r = _best_tangent(profile, 0.0, eps[istar + 1], lambda t: t(b) >= 0.0, keep_high=False)
-    c[istar - 1] = min(c[istar - 1], tau_l(a)) if istar - 1 > 0 else min(c[istar - 1], max(tau_l(a), 0.0))
+    tau_r = _best_tangent(profile, 0.0, eps[istar + 1], lambda t: t(b) >= 0.0, keep_high=False,
+                          left_derivative=True)
+    c[istar - 1] = min(c[istar - 1], tau_l(a))
     c[istar] = min(tau_l(1.0), tau_r(1.0))
-    if istar + 1 < n:
-        c[istar + 1] = min(c[istar + 1], tau_r(b))
-    c = np.minimum(c, hv)  # a candidate never needs to exceed the curve itself
+    # (when alpha_{i*+1} is the last point, its candidate p_inf must also sit under tau_r)
+    c[istar + 1] = min(c[istar + 1], tau_r(b))
+    c = np.minimum(c, hv)  # lowering a candidate keeps every chord under h
     px = np.concatenate([[0.0], x])
     py = np.concatenate([[1.0], c])
     v = _lower_hull_values(px, py, x)
-    v = np.minimum(v, hv)
+    # A hull of points that dip below h(inf) rises again at the end; its running
+    # minimum is still convex, under h, and non-increasing (the missing +inf mass
+    # then sits at the last grid point: optimistic).
+    v = np.minimum.accumulate(v)
     # round-off of the curve values: relative u (2 + |ln d|) from log-space evaluation
     with np.errstate(divide="ignore"):
-        dv_err = 4 * _U * (2.0 + np.abs(np.log(np.maximum(v, 1e-320)))) * v + SF_REL_ACCURACY * v
+        dv_err = LOG_DELTA_REL_ACCURACY * (2.0 + np.abs(np.log(np.maximum(v, 1e-320)))) * v + SF_REL_ACCURACY * v
     masses, p_inf, abs_err = _ctd_from_values(x, v, dv_err)
     return _finite_pld(masses, grid, p_inf, False, abs_err)
 
 
-def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool):
+def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool,
+                  left_derivative: bool = False):
     """Tangent line of h at alpha = e^tau, tau in [e_lo, e_hi], as far towards alpha = 1 as
-    ``admissible`` allows (bisection; admissibility is monotone in tau).  Returns T(alpha)."""
+    ``admissible`` allows (bisection; admissibility is monotone in tau).  Returns T(alpha).
+    Any subgradient gives a supporting line; ``left_derivative`` picks -Q(L >= tau)."""
 
     def tangent(tau):
         h_t = float(profile.delta(tau))
-        s_t = float(profile.sf_q(tau))
+        s_t = float(profile.sf_q(np.nextafter(tau, -np.inf) if left_derivative else tau))
         x_t = math.exp(tau)
         return lambda alpha: h_t - s_t * (alpha - x_t)
 
@@ -272,7 +284,7 @@ def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):
     eB[1:-1] = (d_err[:-1] + d_err[1:] + 2.0 * _U * (np.abs(d[:-1]) + np.abs(d[1:]))) / dx + 4.0 * _U * B[1:-1]
     eB[-1] = 0.0
     abs_err = x * (eB[:-1] + eB[1:]) + 2.0 * _U * np.abs(m)
-    return np.maximum(m, 0.0), float(d[-1]), abs_err
+    return np.maximum(m, 0.0), max(float(d[-1]), 0.0), abs_err
 
 
 def privacy_buckets(profile: PrivacyProfile, grid: Grid, pessimistic: bool) -> DiscretePLD:
@@ -288,6 +300,8 @@ def privacy_buckets(profile: PrivacyProfile, grid: Grid, pessimistic: bool) -> D
     else:
         masses[:-1] += P
         masses[-1] += beyond_finite
+        # mass strictly below eps_0 is dropped (rounded down to -inf); an atom at eps_0 stays
+        masses[0] += max(float(profile.cdf_p(eps[0])) - float(profile.cdf_p(np.nextafter(eps[0], -np.inf))), 0.0)
         p_inf = profile.p_inf
     err = np.zeros(grid.n + 1)
     if pessimistic:

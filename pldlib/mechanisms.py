@@ -182,8 +182,7 @@ class ApproxDP(Mechanism):
 
     def __post_init__(self):
         V.nonnegative_finite("eps0", self.eps0)
-        if not (0.0 <= self.delta0 < 1.0):
-            raise ValueError(f"delta0 must be in [0, 1), got {self.delta0!r}")
+        V.probability_closed_open("delta0", self.delta0)
         super().__post_init__()
         if self.sampling != "none":
             raise ValueError("sampling: ApproxDP is supported without subsampling only")

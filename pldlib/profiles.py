@@ -361,9 +361,7 @@ def approx_dp_profile(eps0: float, delta0: float) -> FiniteProfile:
     L = +inf w.p. delta0, +eps0 w.p. (1 - delta0) e^eps0 / (1 + e^eps0), -eps0 otherwise.
     """
     eps0 = V.nonnegative_finite("eps0", eps0)
-    if not (0.0 <= float(delta0) < 1.0):
-        raise ValueError(f"delta0 must be in [0, 1), got {delta0!r}")
-    delta0 = float(delta0)
+    delta0 = V.probability_closed_open("delta0", delta0)
     p = 1.0 / (1.0 + math.exp(-eps0))
     if eps0 == 0.0:
         return FiniteProfile([0.0], [1.0 - delta0], p_inf=delta0)

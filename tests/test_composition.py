@@ -1,0 +1,311 @@
+"""FFT composition (MATH.md section 4) against exact direct convolution.
+
+The reference is the k-fold convolution of the same discrete masses computed
+exactly (fractions.Fraction: every float is a rational) or by repeated
+np.convolve (sums of non-negative terms: relative accuracy ~k n u per entry),
+and curves are read off it with high-precision sums.  For the Laplace
+accountant test the truth is an mpmath integral of the exact Laplace PLD.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+import pldlib
+from pldlib.composition import compose
+from pldlib.discretize import connect_the_dots, convex_hull_optimistic, grid_for
+from pldlib.pld import DiscretePLD
+from pldlib.profiles import GaussianProfile, LaplaceProfile, approx_dp_profile, randomized_response_profile
+
+
+# ----------------------------------------------------------------------------
+# references
+# ----------------------------------------------------------------------------
+def exact_kfold(masses, k):
+    """k-fold self-convolution in exact rational arithmetic."""
+    base = [Fraction(float(m)) for m in masses]
+    out = [Fraction(1)]
+    for _ in range(k):
+        new = [Fraction(0)] * (len(out) + len(base) - 1)
+        for i, a in enumerate(out):
+            if a:
+                for j, b in enumerate(base):
+                    if b:
+                        new[i + j] += a * b
+        out = new
+    return out
+
+
+def float_kfold(masses, k):
+    out = np.array([1.0])
+    for _ in range(k):
+        out = np.convolve(out, masses)
+    return out
+
+
+def curve(masses, start, h, const, eps):
+    """const + sum_{eps_i > eps} m_i (1 - e^{eps - eps_i}), at 30 digits."""
+    with mp.workdps(30):
+        e = mp.mpf(float(eps))
+        tot = mp.mpf(const)
+        for i, m in enumerate(masses):
+            g = (start + i) * h
+            if g > eps and m:
+                tot += mp.mpf(m.numerator) / m.denominator * (1 - mp.exp(e - g)) if isinstance(m, Fraction) \
+                    else mp.mpf(float(m)) * (1 - mp.exp(e - g))
+        return tot
+
+
+def fcurve(masses, start, h, const, eps):
+    """The same sum in double precision, correctly rounded by math.fsum (relative ~1e-15)."""
+    g = (start + np.arange(len(masses))) * h
+    sel = g > eps
+    m = np.asarray(masses, dtype=float)[sel]
+    return const + math.fsum(m * -np.expm1(eps - g[sel]))
+
+
+def on_window(ref, ref_start, start, n):
+    """Reference masses placed on a window [start, start + n) (zeros outside the support)."""
+    out = np.zeros(n)
+    for i, v in enumerate(ref):
+        j = ref_start + i - start
+        if 0 <= j < n:
+            out[j] = float(v)
+    return out
+
+
+def small_plds():
+    out = {}
+    for name, prof, h in [
+        ("rr", randomized_response_profile(0.7), 0.1),
+        ("laplace", LaplaceProfile(1.0), 0.1),
+        ("gauss", GaussianProfile(2.0), 0.1),
+        ("adp", approx_dp_profile(0.5, 0.01), 0.05),
+    ]:
+        g = grid_for(prof, h, 1e-10)
+        out[name] = connect_the_dots(prof, g)
+    return out
+
+
+PLDS = small_plds()
+
+
+def as_exact(p: DiscretePLD) -> DiscretePLD:
+    """The same masses with no round-off allowance: the composition of exactly this measure."""
+    return DiscretePLD(p.h, p.start, p.masses, p.p_inf, p.pessimistic, None)
+
+
+# ----------------------------------------------------------------------------
+# composition vs exact convolution
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("name", sorted(PLDS))
+def test_fft_composition_matches_exact_convolution(name, k):
+    p = as_exact(PLDS[name])
+    comp = compose([p], [p], [k])
+    ref = exact_kfold(p.masses, k)
+    ref_start = k * p.start
+    p_inf = 1 - (1 - Fraction(p.p_inf)) ** k
+    # entrywise: lower <= exact <= upper, and the claimed round-off dominates the FFT error
+    n = comp.upper.masses.size
+    assert comp.upper.start == comp.lower.start == comp.roundoff.start
+    exact = on_window(ref, ref_start, comp.upper.start, n)
+    # reference mass outside the window (it wraps around) is negligible by construction
+    outside = sum(float(v) for v in ref) - math.fsum(exact)
+    assert abs(outside) <= 1e-14
+    assert np.all(comp.lower.masses <= exact) and np.all(exact <= comp.upper.masses)
+    est = comp.upper.masses - comp.roundoff.masses  # the clipped FFT output itself
+    assert np.all(np.abs(est - exact) <= comp.roundoff.masses), np.max(np.abs(est - exact) - comp.roundoff.masses)
+    # the bound is meaningful on these small cases
+    assert comp.roundoff.masses.max() <= 1e-12
+    # curves
+    eps = np.linspace(ref_start * p.h - 0.5, (ref_start + len(ref)) * p.h + 0.5, 41)
+    up, lo, ro = comp.upper.delta(eps), comp.lower.delta(eps), comp.roundoff.delta(eps)
+    for e, u, l, r in zip(eps, up, lo, ro):
+        t = curve(ref, ref_start, p.h, p_inf, e)
+        # 1e-15: reading a curve of total mass ~1 off its masses is exact only to a few ulps
+        assert l - comp.alias_term(e) <= t + 1e-15 and t <= u + 1e-15, (name, k, e, l, t, u)
+        # upper - exact <= 2 roundoff (|y - exact| <= E and upper = max(y, 0) + E)
+        assert u - t <= 2 * r + 1e-15
+        assert t - l <= 2 * r + 1e-15
+
+
+@pytest.mark.parametrize("k", [10, 50])
+@pytest.mark.parametrize("name", ["gauss", "laplace"])
+def test_roundoff_bound_dominates_fft_error_larger_k(name, k):
+    """np.convolve of non-negative masses as the reference (entrywise relative error
+    <= k n u, far below the FFT's absolute error)."""
+    p = as_exact(PLDS[name])
+    comp = compose([p], [p], [k])
+    ref = float_kfold(p.masses, k)
+    n = comp.upper.masses.size
+    exact = on_window(ref, k * p.start, comp.upper.start, n)
+    ref_err = 4 * k * p.masses.size * np.finfo(float).eps * exact
+    est = comp.upper.masses - comp.roundoff.masses
+    assert np.all(np.abs(est - exact) <= comp.roundoff.masses + ref_err)
+    assert np.all(comp.lower.masses <= exact + ref_err) and np.all(exact - ref_err <= comp.upper.masses)
+
+
+def test_heterogeneous_composition_matches_exact_convolution():
+    a, b = as_exact(PLDS["rr"]), as_exact(PLDS["laplace"])
+    comp = compose([a, b], [a, b], [2, 3])
+    ra, rb = exact_kfold(a.masses, 2), exact_kfold(b.masses, 3)
+    ref = [Fraction(0)] * (len(ra) + len(rb) - 1)
+    for i, x in enumerate(ra):
+        for j, y in enumerate(rb):
+            ref[i + j] += x * y
+    ref_start = 2 * a.start + 3 * b.start
+    exact = on_window(ref, ref_start, comp.upper.start, comp.upper.masses.size)
+    assert np.all(comp.lower.masses <= exact) and np.all(exact <= comp.upper.masses)
+    p_inf = 1 - (1 - Fraction(a.p_inf)) ** 2 * (1 - Fraction(b.p_inf)) ** 3
+    for e in [-1.0, 0.0, 0.3, 1.5, 3.0]:
+        t = curve(ref, ref_start, a.h, p_inf, e)
+        assert comp.lower.delta(e) - comp.alias_term(e) <= t + 1e-15 and t <= comp.upper.delta(e) + 1e-15
+
+
+def test_p_inf_composes_as_one_minus_product():
+    """delta(eps) far right of the support is the composed +inf mass 1 - prod(1 - p_inf)."""
+    p = as_exact(PLDS["adp"])
+    comp = compose([p], [p], [4])
+    far = 1e3
+    assert comp.upper.delta(far) >= 1 - (1 - p.p_inf) ** 4 - 1e-16
+    assert comp.lower.delta(far) <= 1 - (1 - p.p_inf) ** 4 + 1e-16
+    assert comp.upper.delta(far) == pytest.approx(1 - (1 - p.p_inf) ** 4, rel=1e-12)
+
+
+def test_mass_err_is_added_on_the_pessimistic_side():
+    """compose() composes masses + mass_err for the upper curve and masses - mass_err for
+    the lower: the upper must dominate the exact composition of the plain masses."""
+    prof = GaussianProfile(1.0)
+    g = grid_for(prof, 0.05, 1e-12)
+    up, lo = connect_the_dots(prof, g), convex_hull_optimistic(prof, g)
+    k = 3
+    comp = compose([up], [lo], [k])
+    ref_u = float_kfold(up.masses, k)
+    ref_l = float_kfold(lo.masses, k)
+    eps = np.linspace(-1, 6, 29)
+    for e in eps:
+        tu = fcurve(ref_u, k * up.start, g.h, 1 - (1 - up.p_inf) ** k, e)
+        tl = fcurve(ref_l, k * lo.start, g.h, 1 - (1 - lo.p_inf) ** k, e)
+        assert comp.upper.delta(e) >= tu * (1 - 1e-13)
+        assert comp.lower.delta(e) - comp.alias_term(e) <= tl * (1 + 1e-13) + 1e-16
+
+
+# ----------------------------------------------------------------------------
+# wrap-around: windows smaller than the support
+# ----------------------------------------------------------------------------
+WRAP_CASES = [
+    (GaussianProfile(1.0), 0.05, 10, 1e-4, 0.0),
+    (GaussianProfile(1.0), 0.05, 10, 1e-4, 1.0),
+    (GaussianProfile(0.5), 0.05, 6, 1e-8, 0.0),
+    (LaplaceProfile(1.0), 0.05, 8, 1e-3, 0.0),
+    (LaplaceProfile(1.0), 0.05, 8, 1e-3, 0.7),
+    (approx_dp_profile(0.5, 1e-3), 0.05, 6, 1e-2, 0.0),
+    (randomized_response_profile(1.0), 0.1, 12, 1e-3, 0.0),
+    (randomized_response_profile(1.0), 0.1, 12, 1e-3, 0.5),
+]
+
+
+@pytest.mark.parametrize("prof,h,k,tol,theta", WRAP_CASES)
+def test_window_smaller_than_support_keeps_upper_above_exact(prof, h, k, tol, theta):
+    g = grid_for(prof, h, 1e-12)
+    up = as_exact(connect_the_dots(prof, g))
+    lo = as_exact(convex_hull_optimistic(prof, g))
+    comp = compose([up], [lo], [k], theta=theta, alias_tol=tol)
+    ref_u, ref_l = float_kfold(up.masses, k), float_kfold(lo.masses, k)
+    support = ref_u.size
+    assert comp.n_bins < support  # the window really is smaller: mass wraps around
+    pu, pl = 1 - (1 - up.p_inf) ** k, 1 - (1 - lo.p_inf) ** k
+    lo_e, hi_e = k * up.start * h, (k * up.start + support) * h
+    eps = np.linspace(lo_e - 1, hi_e + 1, 121)
+    eps = eps[eps >= comp.valid_from]
+    assert eps.size > 50
+    for e in eps:
+        tu = fcurve(ref_u, k * up.start, h, pu, e)
+        tl = fcurve(ref_l, k * lo.start, h, pl, e)
+        # the reference sums carry relative ~1e-14 (np.convolve); nothing else is allowed
+        assert comp.upper.delta(e) >= tu * (1 - 1e-12) - 1e-300, (e, comp.upper.delta(e), tu)
+        assert comp.lower.delta(e) - comp.alias_term(e) <= tl * (1 + 1e-12) + 1e-300, (e, tl)
+
+
+# ----------------------------------------------------------------------------
+# the accountant on a non-Gaussian composition: Laplace, k = 2, mpmath truth
+# ----------------------------------------------------------------------------
+def laplace2_delta(a, eps):
+    """delta(eps) of the 2-fold Laplace pair with a = D / b.
+
+    Under P the loss has atoms at a (mass 1/2) and -a (mass e^{-a}/2) and density
+    e^{(l - a)/2} / 4 on (-a, a).  delta = E[(1 - e^{eps - L1 - L2})_+] is split into
+    atom x atom terms, atom x density terms (closed form G), and one quadrature."""
+    with mp.workdps(30):
+        a, eps = mp.mpf(a), mp.mpf(eps)
+        atoms = [(a, mp.mpf(1) / 2), (-a, mp.exp(-a) / 2)]
+
+        def g(y):
+            return max(mp.mpf(0), 1 - mp.exp(eps - y))
+
+        def G(s):  # int_{-a}^{a} e^{(l-a)/2}/4 * g(s + l) dl
+            c = max(-a, eps - s)
+            if c >= a:
+                return mp.mpf(0)
+            return (1 - mp.exp((c - a) / 2)) / 2 - mp.exp(eps - s - a / 2) * (mp.exp(-c / 2) - mp.exp(-a / 2)) / 2
+
+        tot = mp.fsum(w1 * w2 * g(x1 + x2) for x1, w1 in atoms for x2, w2 in atoms)
+        tot += 2 * mp.fsum(w * G(x) for x, w in atoms)
+        pts = sorted({-a, a, *[p for p in (eps - a, eps + a) if -a < p < a]})
+        tot += mp.quad(lambda l: mp.exp((l - a) / 2) / 4 * G(l), pts)
+        return tot
+
+
+def test_laplace_pld_reference_is_right_at_k1():
+    """Sanity of the reference: with one step it reduces to the Laplace closed form."""
+    a = mp.mpf(1)
+
+    def one(eps):
+        mp.mp.dps = 30
+        eps = mp.mpf(eps)
+        atoms = [(a, mp.mpf(1) / 2), (-a, mp.exp(-a) / 2)]
+        tot = mp.fsum(w * max(0, 1 - mp.exp(eps - x)) for x, w in atoms)
+        tot += mp.quad(lambda l: mp.exp((l - a) / 2) / 4 * max(0, 1 - mp.exp(eps - l)),
+                       sorted({-a, a, *([eps] if -a < eps < a else [])}))
+        return tot
+
+    try:
+        for e in [0.0, 0.3, 0.9]:
+            assert abs(one(e) - (1 - mp.exp((mp.mpf(e) - 1) / 2))) < 1e-20
+    finally:
+        mp.mp.dps = 15
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 2.0])
+def test_laplace_two_fold_accountant_brackets_truth(scale):
+    a = 1.0 / scale
+    acc = pldlib.account(pldlib.Laplace(scale=scale), steps=2)
+    eps = np.array([-0.5, 0.0, 0.4 * a, a, 1.5 * a, 1.9 * a, 2.5 * a])
+    iv = acc.delta(eps)
+    for e, lo, up in zip(eps, iv.lower, iv.upper):
+        t = laplace2_delta(a, e)
+        assert lo <= t <= up, (scale, e, lo, t, up)
+    # eps(delta): truth by bisection on the mpmath curve
+    for d in [1e-2, 1e-4]:
+        lo_e, hi_e = mp.mpf(0), mp.mpf(2 * a)
+        while hi_e - lo_e > 1e-11:
+            mid = (lo_e + hi_e) / 2
+            if laplace2_delta(a, mid) > d:
+                lo_e = mid
+            else:
+                hi_e = mid
+        t = float(hi_e)
+        e = acc.epsilon(d)
+        assert e.lower <= t + 1e-11 and t <= e.upper + 1e-11, (scale, d, e, t)
+        # a useful interval at the default accuracy.  (The 1% target is the Gaussian's;
+        # here the composed loss has atoms between grid points, which cost the
+        # optimistic side O(h), so allow 2%.)
+        assert (e.upper - e.lower) / t <= 0.02, (scale, d, e, t)
+        # and not beyond the largest possible loss 2a (delta is exactly 0 there), up to
+        # the pessimistic rounding of each step's atom at a to the next grid point
+        assert e.upper <= 2 * (a + acc.interval) + 1e-9, (scale, d, e, acc.interval)

@@ -1,0 +1,302 @@
+"""Discretisation onto a grid (MATH.md section 3) and reading curves off discrete PLDs.
+
+Expected values are independent of pldlib: the Gaussian curve from its closed
+form in mpmath, connect-the-dots masses from the slope formula of MATH.md 3.1
+evaluated in mpmath on those exact curve values, bucket masses from exact
+normal CDFs, and discrete-PLD curves/inverses from direct high-precision sums
+and bisection.
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+from pldlib.discretize import Grid, connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
+from pldlib.pld import DiscretePLD, GridMeasure
+from pldlib.profiles import GaussianProfile, LaplaceProfile, approx_dp_profile, randomized_response_profile
+
+DPS = 40
+
+
+def gauss_delta(r, eps):
+    with mp.workdps(DPS):
+        r, eps = mp.mpf(r), mp.mpf(eps)
+        return mp.ncdf(-eps / r + r / 2) - mp.exp(eps) * mp.ncdf(-eps / r - r / 2)
+
+
+def mp_curve(masses, eps_grid, p_inf, eps):
+    """p_inf + sum_{eps_i > eps} m_i (1 - e^{eps - eps_i}), at 40 digits."""
+    with mp.workdps(DPS):
+        e = mp.mpf(eps)
+        return mp.mpf(p_inf) + mp.fsum(
+            mp.mpf(m) * (1 - mp.exp(e - mp.mpf(g))) for m, g in zip(masses, eps_grid) if g > eps and m != 0
+        )
+
+
+def full_masses(pld: DiscretePLD, grid: Grid):
+    """The PLD's masses placed on the whole grid (the library trims zero ends)."""
+    out = np.zeros(grid.n + 1)
+    err = np.zeros(grid.n + 1)
+    off = pld.start - grid.start
+    out[off : off + pld.size] = pld.masses
+    if pld.mass_err is not None:
+        err[off : off + pld.size] = pld.mass_err
+    return out, err
+
+
+# ----------------------------------------------------------------------------
+# the grid
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "prof", [GaussianProfile(0.7), GaussianProfile(20.0), LaplaceProfile(2.0), randomized_response_profile(0.3)]
+)
+@pytest.mark.parametrize("h", [0.3, 0.01])
+def test_grid_covers_the_loss_range_and_contains_zero(prof, h):
+    tail = 1e-15
+    g = grid_for(prof, h, tail)
+    lo, hi = prof.eps_bounds(tail)
+    eps = g.eps
+    assert eps.size == g.n + 1
+    np.testing.assert_allclose(np.diff(eps), h, rtol=1e-9)
+    assert eps[0] <= lo + 1e-12 and eps[-1] >= hi - 1e-12
+    assert eps[0] < 0 < eps[-1]
+    assert 0.0 in eps  # the hull construction needs alpha = 1 on the grid
+
+
+# ----------------------------------------------------------------------------
+# connect the dots: equals the true curve at the grid points (MATH.md 3.1)
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("sigma,h,tail", [(1.0, 0.05, 1e-12), (0.5, 0.1, 1e-20), (5.0, 0.01, 1e-12), (20.0, 0.002, 1e-30)])
+def test_connect_the_dots_interpolates_the_gaussian_curve(sigma, h, tail):
+    prof = GaussianProfile(sigma)
+    r = 1.0 / sigma
+    g = grid_for(prof, h, tail)
+    pld = connect_the_dots(prof, g)
+    sel = np.unique(np.linspace(0, g.n, 60).astype(int))
+    eps = g.eps[sel]
+    got = pld.delta(eps)
+    for e, v in zip(eps, got):
+        t = gauss_delta(r, e)
+        # never below the truth beyond the round-off of evaluating a sum of masses of
+        # total 1 (absolute ~1e-16); above it only by the deliberate rounding of each
+        # cell's split towards its right end (relative ~u/h per cell)
+        assert v >= t * (1 - 1e-14) - 1e-16, (e, v, t)
+        assert v - t <= 1e-10 * t + 1e-14, (e, v, t)
+
+
+@pytest.mark.parametrize("sigma,h,tail", [(1.0, 0.05, 1e-12), (0.5, 0.1, 1e-20), (5.0, 0.01, 1e-12), (20.0, 0.002, 1e-30)])
+def test_connect_the_dots_p_inf_is_not_below_the_true_tail(sigma, h, tail):
+    """p_inf = d_n is the pessimistic +inf atom: the library rounds it up by its assumed
+    relative accuracy of profile values; it must not end up below the exact d_n."""
+    prof = GaussianProfile(sigma)
+    r = 1.0 / sigma
+    g = grid_for(prof, h, tail)
+    pld = connect_the_dots(prof, g)
+    exact = gauss_delta(r, g.eps[-1])
+    assert mp.mpf(pld.p_inf) >= exact, (pld.p_inf, exact)
+    assert mp.mpf(pld.p_inf) <= exact * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("sigma,h,tail", [(1.0, 0.05, 1e-12), (0.5, 0.1, 1e-20), (3.0, 0.02, 1e-16)])
+def test_connect_the_dots_masses_match_slope_formula(sigma, h, tail):
+    """p_i = x_i (B_{i-1} - B_i) with B from the exact curve values (mpmath, 40 digits).
+
+    The library builds the masses from interval masses instead (same algebra) and
+    rounds each cell's split towards its right end on purpose; so masses agree to
+    absolute round-off (total mass 1), and the curve of (masses + mass_err), which is
+    what the composition uses, never lies below the exact interpolant at the grid."""
+    prof = GaussianProfile(sigma)
+    r = 1.0 / sigma
+    g = grid_for(prof, h, tail)
+    pld = connect_the_dots(prof, g)
+    m, err = full_masses(pld, g)
+    with mp.workdps(DPS):
+        x = [mp.exp(mp.mpf(float(e))) for e in g.eps]
+        d = [gauss_delta(r, float(e)) for e in g.eps]
+        B = [(1 - d[0]) / x[0]] + [(d[i - 1] - d[i]) / (x[i] - x[i - 1]) for i in range(1, g.n + 1)] + [mp.mpf(0)]
+        exact = [x[i] * (B[i] - B[i + 1]) for i in range(g.n + 1)]
+        assert all(v >= 0 for v in exact)  # convexity of the true curve
+        assert abs(mp.fsum(exact) + d[-1] - 1) < mp.mpf(10) ** -30
+        # Q-mass of the PLD: sum p_i e^{-eps_i} = B_{-1} <= 1
+        assert mp.fsum(p / xi for p, xi in zip(exact, x)) <= 1
+    diff = np.array([float(mp.mpf(a) - b) for a, b in zip(m, exact)])
+    assert np.max(np.abs(diff)) <= 1e-13
+    assert float(np.sum(m / np.exp(g.eps))) <= 1 + 1e-12
+    up = GridMeasure(g.h, g.start, m + err, pld.p_inf)
+    for e in g.eps[:: max(1, g.n // 40)]:
+        assert float(up.delta(e)) >= float(gauss_delta(r, e)) * (1 - 1e-14) - 1e-16
+
+
+# ----------------------------------------------------------------------------
+# the optimistic hull
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 3.0])
+def test_convex_hull_is_below_and_converges_at_second_order(sigma):
+    prof = GaussianProfile(sigma)
+    r = 1.0 / sigma
+    gaps = []
+    for h in [0.1, 0.05, 0.025]:
+        g = grid_for(prof, h, 1e-12)
+        pld = convex_hull_optimistic(prof, g)
+        assert not pld.pessimistic
+        sel = np.unique(np.linspace(0, g.n, 80).astype(int))
+        eps = np.concatenate([g.eps[sel], g.eps[sel][:-1] + h / 3])
+        t = np.array([float(gauss_delta(r, e)) for e in eps])
+        v = pld.delta(eps)
+        assert np.all(v <= t * (1 + 1e-12) + 1e-15)
+        gaps.append(np.max(t - v))
+    # tangent-based lower bounds are O(h^2): halving h divides the gap by ~4
+    assert gaps[1] <= gaps[0] / 3 and gaps[2] <= gaps[1] / 3, gaps
+    assert gaps[0] <= 0.01
+
+
+# ----------------------------------------------------------------------------
+# atoms on the grid: both discretisations are exact
+# ----------------------------------------------------------------------------
+def rr_delta_mp(eps0, eps):
+    with mp.workdps(DPS):
+        e0 = mp.mpf(eps0)
+        p = mp.exp(e0) / (1 + mp.exp(e0))
+        a = mp.exp(mp.mpf(eps))
+        return max(mp.mpf(0), p - a * (1 - p)) + max(mp.mpf(0), (1 - p) - a * p)
+
+
+def laplace_delta_mp(a, eps):
+    a, eps = mp.mpf(a), mp.mpf(eps)
+    if eps >= a:
+        return mp.mpf(0)
+    if eps >= -a:
+        return 1 - mp.exp((eps - a) / 2)
+    return 1 - mp.exp(eps)
+
+
+@pytest.mark.parametrize("N", [1, 2, 5])
+@pytest.mark.parametrize("kind", ["ctd", "hull"])
+def test_randomized_response_on_grid_is_discretised_exactly(N, kind):
+    """With eps0 = ln 3 and h = ln 3 / N the atoms +-eps0 are grid points and the true
+    curve is linear in alpha between grid points: the pessimistic and the optimistic
+    PLDs must both reproduce it (up to round-off)."""
+    eps0 = math.log(3)
+    prof = randomized_response_profile(eps0)
+    g = grid_for(prof, eps0 / N, 1e-12)
+    pld = (connect_the_dots if kind == "ctd" else convex_hull_optimistic)(prof, g)
+    eps = np.concatenate([g.eps, g.eps[:-1] + g.h / 2, [-3.0, 2.0]])
+    got = pld.delta(eps)
+    for e, v in zip(eps, got):
+        t = rr_delta_mp(eps0, e)
+        assert abs(v - t) <= 1e-13, (kind, N, e, v, float(t))
+
+
+@pytest.mark.parametrize("N", [10, 20])
+@pytest.mark.parametrize("kind", ["ctd", "hull"])
+def test_laplace_with_atoms_on_grid_hits_the_curve_at_grid_points(N, kind):
+    """Laplace (a = 1) on h = 1/N: the atoms at +-1 are grid points.  At the grid points
+    the connect-the-dots curve equals the truth.  The optimistic hull is built from
+    points on tangent lines of the convex curve h(alpha) = 1 - sqrt(alpha / e) on
+    [1/e, e] (linear elsewhere), so it lies within the largest tangent error
+    (1/2) max|h''| dx^2 of the truth, with max|h''| = e/4 and dx <= e (1 - e^-h)."""
+    prof = LaplaceProfile(1.0)
+    h = 1.0 / N
+    g = grid_for(prof, h, 1e-12)
+    assert np.any(np.isclose(g.eps, 1.0, atol=1e-15)) and np.any(np.isclose(g.eps, -1.0, atol=1e-15))
+    pld = (connect_the_dots if kind == "ctd" else convex_hull_optimistic)(prof, g)
+    got = pld.delta(g.eps)
+    tangent_err = 0.5 * (math.e / 4) * (math.e * -math.expm1(-h)) ** 2
+    for e, v in zip(g.eps, got):
+        t = laplace_delta_mp(1.0, e)
+        if kind == "ctd":
+            assert abs(v - t) <= 1e-13, (e, v, float(t))
+        else:
+            assert v <= t + 1e-13
+            assert t - v <= tangent_err + 1e-13, (N, e, v, float(t), tangent_err)
+
+
+# ----------------------------------------------------------------------------
+# privacy buckets (baseline)
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("sigma,h", [(1.0, 0.1), (4.0, 0.02)])
+def test_privacy_buckets_masses_and_direction(sigma, h):
+    prof = GaussianProfile(sigma)
+    r = 1.0 / sigma
+    tail = 1e-14
+    g = grid_for(prof, h, tail)
+    pes = privacy_buckets(prof, g, pessimistic=True)
+    opt = privacy_buckets(prof, g, pessimistic=False)
+    mp_, _ = full_masses(pes, g)
+    mo, _ = full_masses(opt, g)
+    with mp.workdps(DPS):
+        cdf = [mp.ncdf((mp.mpf(float(e)) - r * r / 2) / r) for e in g.eps]  # P(L <= eps_i)
+        cell = [cdf[i] - cdf[i - 1] for i in range(1, g.n + 1)]
+    # pessimistic: P(eps_{i-1} < L <= eps_i) at eps_i (round up); optimistic: at eps_{i-1}
+    for i in range(1, g.n):
+        assert abs(mp_[i] - cell[i - 1]) <= 1e-13 * cell[i - 1] + 1e-17
+        assert abs(mo[i] - cell[i]) <= 1e-13 * cell[i] + 1e-17
+    # the curve of the pessimistic buckets dominates connect-the-dots (the best
+    # pessimistic PLD on the grid), which dominates the truth; the optimistic
+    # buckets lie below the truth
+    ctd = connect_the_dots(prof, g)
+    eps = np.linspace(g.eps[0], g.eps[-1], 301)
+    t = np.array([float(gauss_delta(r, e)) for e in eps])
+    assert np.all(pes.delta(eps) >= ctd.delta(eps) * (1 - 1e-12) - 1e-15)
+    assert np.all(ctd.delta(eps) >= t * (1 - 1e-12) - 1e-15)
+    assert np.all(opt.delta(eps) <= t * (1 + 1e-12) + 1e-15)
+
+
+# ----------------------------------------------------------------------------
+# reading a discrete PLD: delta(eps) and eps(delta), exact per segment
+# ----------------------------------------------------------------------------
+def _small_plds():
+    out = []
+    rng = np.random.default_rng(42)
+    for start, n, p_inf in [(-3, 7, 0.0), (-10, 25, 1e-3), (0, 5, 0.2), (-40, 81, 1e-9)]:
+        m = rng.random(n) ** 3
+        m *= (1 - p_inf) / m.sum()
+        out.append(DiscretePLD(h=0.07, start=start, masses=m, p_inf=p_inf, pessimistic=True))
+    prof = approx_dp_profile(0.5, 1e-4)
+    out.append(connect_the_dots(prof, grid_for(prof, 0.05, 1e-12)))
+    return out
+
+
+@pytest.mark.parametrize("idx", range(5))
+def test_discrete_pld_curve_matches_direct_sum(idx):
+    pld = _small_plds()[idx]
+    grid = pld.eps_grid
+    eps = np.concatenate([np.linspace(grid[0] - 2, grid[-1] + 1, 97), grid, grid[:-1] + pld.h / 3])
+    got = pld.delta(eps)
+    for e, v in zip(eps, got):
+        t = mp_curve(pld.masses, grid, pld.p_inf, e)
+        assert abs(v - t) <= 1e-14 + 1e-12 * t, (e, v, t)
+    assert pld.total_mass() == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("idx", range(5))
+def test_discrete_pld_epsilon_inverts_the_curve(idx):
+    """eps(delta) = inf{eps : delta(eps) <= delta}, against bisection on the directly summed curve."""
+    pld = _small_plds()[idx]
+    grid = pld.eps_grid
+    # deltas the curve reaches: above its floor p_inf, below 1
+    deltas = np.geomspace(1.5 * pld.p_inf if pld.p_inf > 0 else 1e-12, 0.9, 25)
+    got = pld.epsilon(deltas)
+    m, grid_ = np.asarray(pld.masses), np.asarray(grid)
+
+    def direct(e):  # p_inf + sum_{eps_i > e} m_i (1 - e^{e - eps_i}), summed exactly-rounded
+        sel = grid_ > e
+        return pld.p_inf + math.fsum(m[sel] * -np.expm1(e - grid_[sel]))
+
+    for d, e in zip(deltas, got):
+        lo, hi = grid[0] - 30.0, float(grid[-1])
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            if direct(mid) > d:
+                lo = mid
+            else:
+                hi = mid
+            if hi - lo <= 1e-13 * max(1.0, abs(hi)):
+                break
+        assert abs(e - hi) <= 1e-9 * max(1.0, abs(hi)), (d, e, hi)
+    # below p_inf the curve never gets: +inf
+    if pld.p_inf > 0:
+        assert np.isinf(pld.epsilon(pld.p_inf / 2))
