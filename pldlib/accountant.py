@@ -270,6 +270,12 @@ class PLDAccountant:
                 sh = np.where(np.isfinite(eu), comp.roundoff.delta(np.where(np.isfinite(eu), eu, 0.0)) / d, np.inf)
             valid = eu >= comp.valid_from
             better = valid & (sh < share[todo])
+            # delta below the certain +inf mass: eps is +inf, certified by the lower curve
+            certain = comp.lower.const > d
+            better |= certain
+            eu = np.where(certain, np.inf, eu)
+            el = np.where(certain, np.inf, el)
+            sh = np.where(certain, 0.0, sh)
             idx = todo[better]
             up[idx], lo[idx], share[idx] = eu[better], el[better], sh[better]
             todo = np.arange(n)[~(share <= RETILT_SHARE)]

@@ -56,19 +56,31 @@ RELATIONS = ("add", "remove", "add_remove", "substitution")
 # ---------------------------------------------------------------------------
 # registries: accounting methods and mechanisms
 # ---------------------------------------------------------------------------
-def _pld_factory(mechanism: Mechanism, steps: int, *, interval: float | None, max_bins: int):
+def _pld_factory(mechanism: Mechanism, steps: int, *, interval: float | None, max_bins: int, **_):
     """Certified PLD accountant (pldlib.account)."""
     from .accountant import account
 
     return account(mechanism, steps, interval=interval, max_bins=max_bins)
 
 
-#: method name -> factory(mechanism, steps, *, interval, max_bins) returning an
-#: object with ``.epsilon(deltas)`` / ``.delta(epsilons)`` -> Interval and,
-#: optionally, ``.interval`` (the accuracy knob actually used).  Add 'prv',
-#: 'spa', 'rdp', 'clt' here when they exist.
+def _prv_factory(mechanism: Mechanism, steps: int, *, max_bins: int, eps_error=None, delta_error=None, **_):
+    """PRV accountant (pldlib.prv): certified bounds plus the paper's central estimate."""
+    from .prv import account_prv
+
+    kw = {"max_bins": max_bins}
+    if eps_error is not None:
+        kw["eps_error"] = eps_error
+    if delta_error is not None:
+        kw["delta_error"] = delta_error
+    return account_prv(mechanism, steps, **kw)
+
+
+#: method name -> factory(mechanism, steps, *, interval, max_bins, eps_error, delta_error)
+#: returning an object with ``.epsilon(deltas)`` / ``.delta(epsilons)`` -> Interval or
+#: Estimate (lower, estimate, upper) and, optionally, ``.interval``.
 METHODS: dict[str, Callable] = {
     "pld": _pld_factory,
+    "prv": _prv_factory,
 }
 
 
@@ -167,8 +179,15 @@ def _q(text: str) -> float:
 
 def _max_bins(text: str) -> int:
     v = _steps(text)
-    if v < 2:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}")
+    if v < 16:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 16, got {text!r}")
+    return v
+
+
+def _delta_error(text: str) -> float:
+    v = _number(text)
+    if not (0.0 < v < 1.0):
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
     return v
 
 
@@ -194,6 +213,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     a.add_argument("--interval", type=_positive_finite, default=None,
                    help="grid spacing h of the privacy-loss discretisation (the accuracy knob; "
                         "smaller = tighter and slower; default: chosen automatically)")
+    a.add_argument("--eps-error", type=_positive_finite, default=None,
+                   help="prv only: target error in epsilon (default 0.01)")
+    a.add_argument("--delta-error", type=_delta_error, default=None,
+                   help="prv only: target error in delta (default 1e-12)")
     a.add_argument("--max-bins", type=_max_bins, default=DEFAULT_MAX_BINS,
                    help=f"cap on the FFT length (memory guard; default {DEFAULT_MAX_BINS})")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -266,12 +289,15 @@ def _run(args):
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
         mech = make(args)
-        acc = factory(mech, args.steps, interval=args.interval, max_bins=args.max_bins)
+        acc = factory(mech, args.steps, interval=args.interval, max_bins=args.max_bins,
+                      eps_error=args.eps_error, delta_error=args.delta_error)
         query = acc.epsilon if args.command == "epsilon" else acc.delta
         iv = query(np.asarray(values, dtype=float))
         seconds = time.perf_counter() - t0
     lo = np.atleast_1d(np.asarray(iv.lower, dtype=float))
     hi = np.atleast_1d(np.asarray(iv.upper, dtype=float))
+    acc._cli_estimate = (np.atleast_1d(np.asarray(iv.estimate, dtype=float))
+                         if hasattr(iv, "estimate") else None)
     return values, lo, hi, seconds, acc
 
 
@@ -283,6 +309,10 @@ def _num(x: float):
 def _json_output(args, values, lo, hi, seconds, acc) -> str:
     key, arg = ("epsilon", "delta") if args.command == "epsilon" else ("delta", "epsilon")
     rows = [{arg: float(v), "lower": _num(l), "upper": _num(u)} for v, l, u in zip(values, lo, hi)]
+    est = getattr(acc, "_cli_estimate", None)
+    if est is not None:  # an approximation, labelled as such
+        for row, e in zip(rows, est):
+            row["estimate"] = _num(e)
     out = {key: rows, "method": args.method, "seconds": seconds, "params": _params(args, acc)}
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         out["note"] = ("null marks a non-finite bound: a null lower is -infinity (no non-trivial "

@@ -129,7 +129,7 @@ _ETA_LADDER = np.concatenate([10.0 ** -np.arange(0.5, 40.01, 0.125), 10.0 ** -np
 #: largest exponential tilt tried (beyond it a tilted window degenerates)
 THETA_CAP = 1e4
 #: compositions kept per branch (each holds a few arrays of the FFT length)
-_CACHE_SIZE = 3
+_CACHE_SIZE = 1
 
 
 # ----------------------------------------------------------------------------
@@ -423,7 +423,8 @@ class _Side:
         self.eta_T = min(1.0, -math.expm1(sum(k * math.log1p(-min(p.tau, 1.0 - 1e-16))
                                               for p, k in zip(prvs, ks))) * (1 + 1e-12))
         #: mass at +inf of the composition (carried exactly)
-        self.p_inf = -math.expm1(sum(k * math.log1p(-min(p.p_inf, 1.0 - 1e-16)) for p, k in zip(prvs, ks)))
+        self.p_inf = max(0.0, -math.expm1(sum(k * math.log1p(-min(p.p_inf, 1.0 - 1e-16))
+                                              for p, k in zip(prvs, ks))))
         #: eps-axis rounding (grid values, shifts)
         self.slack = 16 * _U * (sum(k * p.edge_abs for p, k in zip(prvs, ks)) + abs(self.S) + 1.0)
         #: lower-curve correction for the dominating pmfs (module docstring, item 4):
@@ -463,7 +464,9 @@ class _CachedMeasure(GridMeasure):
     def _base(self):
         c = self.__dict__.get("_prv_base")
         if c is None:
-            grid = (self.start + np.arange(self.masses.size)) * self.h
+            grid = self.__dict__.get("_prv_grid")
+            if grid is None:
+                grid = (self.start + np.arange(self.masses.size)) * self.h
             A, B = GridMeasure._tails(self)
             c = (grid, np.append(A, 0.0), np.append(B, 0.0))
             object.__setattr__(self, "_prv_base", c)
@@ -555,6 +558,9 @@ def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, ca
         roundoff = _CachedMeasure(h, w_lo, np.minimum(E * untilt, cap), 0.0)
         m_lo = np.maximum(y - E, 0.0) * untilt
     lower = _CachedMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, cap), 0.0), 0.0)
+    del m_lo, y, untilt
+    for m in (upper, roundoff, lower):  # the same grid formula as GridMeasure.eps_grid; shared
+        object.__setattr__(m, "_prv_grid", eps_win)
     alias_log = float(np.logaddexp(log_left, log_right) + log_total)
     valid_from = -np.inf if theta == 0.0 else w_lo * h
     return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N))
@@ -566,10 +572,34 @@ class _Comp:
     def __init__(self, comp: Composition, side: _Side):
         self.comp = comp
         self.side = side
-        up, ro = comp.upper, comp.roundoff
-        with np.errstate(invalid="ignore"):
-            #: the paper's delta~ (composed pmf without the round-off allowance); no guarantee
-            self.est = _CachedMeasure(up.h, up.start, np.maximum(up.masses - ro.masses, 0.0), 0.0)
+
+    def est_delta(self, e: np.ndarray) -> np.ndarray:
+        """The paper's delta~ at grid coordinate e: the composed pmf without the round-off
+        allowance (upper curve - its constant - round-off curve).  No guarantee."""
+        c = self.comp
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = c.upper.delta(e) - c.upper.const - c.roundoff.delta(e)
+        return np.maximum(np.where(np.isnan(v), 0.0, v), 0.0)
+
+    def est_epsilon(self, d: np.ndarray) -> np.ndarray:
+        """inf{e : est_delta(e) <= d} by bisection (est_delta is non-increasing).  No guarantee."""
+        c = self.comp
+        d = np.asarray(d, dtype=float)
+        hi = c.upper.epsilon(d + c.upper.const)  # est <= upper - const: est(hi) <= d
+        fin = np.isfinite(hi)
+        hi = np.where(fin, hi, 0.0)
+        lo = hi - 1.0
+        for _ in range(60):  # expand down until est(lo) > d
+            need = fin & (self.est_delta(lo) <= d)
+            if not need.any():
+                break
+            lo = np.where(need, hi - 2.0 * (hi - lo), lo)
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            le = self.est_delta(mid) <= d
+            hi = np.where(le, mid, hi)
+            lo = np.where(le, lo, mid)
+        return np.where(fin, hi, np.inf)
 
     def upper(self, e: np.ndarray) -> np.ndarray:
         """>= delta of the composed exact binned PRVs at grid coordinate e (inf where not certified)."""
@@ -663,12 +693,12 @@ class PRVAccountant:
         out = []
         for br in self._branches:
             s = br.up
-            t, eta = s.ladder()
             th = s.B + s.width * math.sqrt(s.K * math.log(2.0 / self.delta_error) / 2.0) + s.slack
             out.append({
                 "branch": br.label, "mesh": self.h, "bins_per_step": [p.n_bins for p in s.prvs],
-                "eps_widening_t": th, "eta_H": self.delta_error / 2, "mean_bias_B": s.B,
-                "truncation_eta_T": s.eta_T, "float_correction_rel_abs": s.fp_terms(), "p_inf_total": s.p_inf,
+                "eps_widening_t": float(th), "eta_H": self.delta_error / 2, "mean_bias_B": float(s.B),
+                "truncation_eta_T": s.eta_T, "float_correction_rel_abs": tuple(map(float, s.fp_terms())),
+                "p_inf_total": s.p_inf,
                 "shift_total_S": s.S,
             })
         return out
@@ -716,7 +746,7 @@ class PRVAccountant:
         fin_lo = np.maximum(lbest - lo.eta_T, 0.0)
         d_lo = (lo.p_inf * (1 - 8 * _U) + (1.0 - lo.p_inf) * fin_lo) * (1 - 8 * _U)
         # estimate: the paper's delta~(eps)
-        d_est = up.p_inf + (1.0 - up.p_inf) * np.minimum(cu.est.delta(eps - up.S), 1.0)
+        d_est = up.p_inf + (1.0 - up.p_inf) * np.minimum(cu.est_delta(eps - up.S), 1.0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             share = np.where(np.isfinite(best), ro / np.maximum(d_up, 1e-320), np.inf)
         return d_lo, d_est, d_up, share
@@ -754,7 +784,7 @@ class PRVAccountant:
         eps_lo = np.where(deltas < lo.p_inf * (1 - 8 * _U), np.inf, eps_lo)
         # ---- estimate: the paper's delta~ inverted
         dest = (deltas - up.p_inf) / (1.0 - up.p_inf)
-        eps_est = np.where(dest > 0, cu.est.epsilon(np.where(dest > 0, dest, 1.0)), np.inf) + up.S
+        eps_est = np.where(dest > 0, cu.est_epsilon(np.where(dest > 0, dest, 1.0)), np.inf) + up.S
         return eps_lo, eps_est, eps_up, share
 
     @staticmethod

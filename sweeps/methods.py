@@ -182,19 +182,22 @@ def pld_method(params, steps, deltas, options):
     """
     import pldlib
 
+    kw = {k: options[k] for k in ("interval", "max_bins") if options.get(k) is not None}
     mech = make_mechanism(params)
+    return _answer_per_steps(lambda k: pldlib.account(mech, steps=k, **kw), steps, deltas)
+
+
+def _answer_per_steps(make_accountant, steps, deltas):
+    """(lower, upper, notes) arrays of shape (steps, deltas) from one accountant per steps value."""
+    import pldlib
+
     deltas = np.asarray(deltas, dtype=float)
     lo = np.full((len(steps), deltas.size), np.nan)
     up = np.full((len(steps), deltas.size), np.nan)
     notes = []
-    kw = {}
-    if options.get("interval") is not None:
-        kw["interval"] = options["interval"]
-    if options.get("max_bins") is not None:
-        kw["max_bins"] = options["max_bins"]
     for i, k in enumerate(steps):
         try:
-            acc = pldlib.account(mech, steps=int(k), **kw)
+            acc = make_accountant(int(k))
         except Exception as e:
             if _transient(e) or (isinstance(e, (NotImplementedError, ValueError, TypeError)) and i == 0):
                 raise  # transient: let Dask retry; a bad mechanism: fail the whole block
@@ -215,6 +218,19 @@ def pld_method(params, steps, deltas, options):
                 raise
             notes.append(f"steps={k}: {_short(e)}")
     return lo, up, notes
+
+
+# -- the PRV method --------------------------------------------------------------
+@register("prv", options={"eps_error": _opt_positive_or_none, "delta_error": _opt_positive_or_none,
+                          "max_bins": _opt_int_ge1_or_none},
+          defaults={"eps_error": None, "delta_error": None, "max_bins": None},
+          description="pldlib PRV accountant (certified lower, upper; the estimate is not stored)")
+def prv_method(params, steps, deltas, options):
+    from pldlib.prv import account_prv
+
+    kw = {k: options[k] for k in ("eps_error", "delta_error", "max_bins") if options.get(k) is not None}
+    mech = make_mechanism(params)
+    return _answer_per_steps(lambda k: account_prv(mech, steps=k, **kw), steps, deltas)
 
 
 # -- the task --------------------------------------------------------------------
