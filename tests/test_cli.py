@@ -168,7 +168,7 @@ def fake_method(monkeypatch):
     made = []
 
     def install(**kw):
-        def factory(mech, steps, *, interval, max_bins):
+        def factory(mech, steps, *, interval, max_bins, **_):
             acc = _FakeAccountant(mech, steps, **kw)
             made.append(acc)
             return acc
