@@ -151,8 +151,10 @@ MAX_TILT_EXPONENT = 1e6
 
 def _theta_cap(sides) -> float:
     """Largest tilt used: 40 composed standard deviations' worth, and float-safe."""
-    _, v0 = _moments(sides, 0.0)
-    span = max(max(abs(sd.eps[0]), abs(sd.eps[-1])) * sd.count for sd in sides) + 1.0
+    m0, v0 = _moments(sides, 0.0)
+    full = sum(max(abs(sd.eps[0]), abs(sd.eps[-1])) * sd.count for sd in sides)
+    # the windows of useful tilts stay within ~60 standard deviations of the mean
+    span = min(full, abs(m0) + 60.0 * math.sqrt(max(v0, 0.0))) + 1.0
     return min(40.0 / math.sqrt(max(v0, 1e-300)), MAX_TILT_EXPONENT / span)
 
 
@@ -299,10 +301,7 @@ def compose(
     """
     if theta < 0:
         raise ValueError("theta must be >= 0")
-    span = max(max(abs(p.start), abs(p.start + p.size)) * p.h * int(k)
-               for p, k in zip(list(plds_upper) + list(plds_lower), list(counts) * 2))
-    if theta * span > 1.01 * MAX_TILT_EXPONENT:
-        raise ValueError(f"theta={theta:.3g} is too large for float-accurate untilting over a span of {span:.3g}")
+
     h = plds_upper[0].h
     if any(abs(p.h - h) > 1e-15 * h for p in list(plds_upper) + list(plds_lower)):
         raise ValueError("all PLDs must share one grid spacing")
@@ -331,6 +330,9 @@ def compose(
             f"composition needs {need:,} grid points (limit {max_bins:,}); "
             "use a coarser interval (larger h)"
         )
+    span = max(abs(w_lo), abs(w_hi)) * h
+    if theta * span > 1.01 * MAX_TILT_EXPONENT:
+        raise ValueError(f"theta={theta:.3g} is too large for float-accurate untilting over eps up to {span:.3g}")
     N = sfft.next_fast_len(need, real=True)
     # upper side
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)
