@@ -16,7 +16,8 @@ error bound.  Composition adds CGFs (and rhos), so a k-fold composition costs
 the same as one step, and heterogeneous sequences are sums.
 
 Every object here exposes :meth:`StepCGF.cumulants` (vectorised over t) which
-returns the array ``[K, K', K'', K''', K'''', rho]`` of shape ``(6,) + t.shape``.
+returns the array ``[K, K', K'', K''', K'''', rho, K^(5)]`` of shape ``(7,) + t.shape``
+(the fifth cumulant only serves the accountant's interpolation between t-nodes).
 
 How each single-step pair is handled
 ------------------------------------
@@ -113,7 +114,7 @@ def _as_t(t) -> np.ndarray:
 
 
 def moments_from_points(values: np.ndarray, logw: np.ndarray) -> np.ndarray:
-    """[K, K', K'', K''', K'''', rho] of the measure sum_n e^{logw_n} delta_{values_n}.
+    """[K, K', K'', K''', K'''', rho, K^(5)] of the measure sum_n e^{logw_n} delta_{values_n}.
 
     ``K = ln sum e^{logw}``; the rest are cumulants (and the third absolute
     central moment) of the normalised measure, computed in two passes.
@@ -122,7 +123,7 @@ def moments_from_points(values: np.ndarray, logw: np.ndarray) -> np.ndarray:
     v = values[ok]
     lw = logw[ok]
     if v.size == 0:
-        return np.array([-np.inf, np.nan, np.nan, np.nan, np.nan, np.nan])
+        return np.array([-np.inf, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan])
     m = lw.max()
     w = np.exp(lw - m)
     s0 = w.sum()
@@ -134,7 +135,8 @@ def moments_from_points(values: np.ndarray, logw: np.ndarray) -> np.ndarray:
     k3 = float(np.dot(w, d2 * d))
     m4 = float(np.dot(w, d2 * d2))
     rho = float(np.dot(w, d2 * np.abs(d)))
-    return np.array([m + math.log(s0), mean, k2, k3, m4 - 3.0 * k2 * k2, rho])
+    m5 = float(np.dot(w, d2 * d2 * d))
+    return np.array([m + math.log(s0), mean, k2, k3, m4 - 3.0 * k2 * k2, rho, m5 - 10.0 * k3 * k2])
 
 
 class StepCGF:
@@ -155,13 +157,13 @@ class StepCGF:
         raise NotImplementedError
 
     def cumulants(self, t) -> np.ndarray:
-        """``[K, K', K'', K''', K'''', rho]`` at t, shape ``(6,) + shape(t)``."""
+        """``[K, K', K'', K''', K'''', rho, K^(5)]`` at t, shape ``(7,) + shape(t)``."""
         t = _as_t(t)
         flat = t.ravel()
-        out = np.empty((6, flat.size))
+        out = np.empty((7, flat.size))
         for i, ti in enumerate(flat):
             out[:, i] = self._cumulants_scalar(float(ti))
-        return out.reshape((6,) + t.shape)
+        return out.reshape((7,) + t.shape)
 
     # convenience accessors
     def K(self, t):
@@ -196,6 +198,7 @@ class GaussianCGF(StepCGF):
             0.0 * one,
             0.0 * one,
             2.0 * math.sqrt(2.0 / math.pi) * self.r**3 * one,
+            0.0 * one,
         ])
 
     def _cumulants_scalar(self, t: float) -> np.ndarray:
@@ -609,7 +612,7 @@ class ComposedCGF:
         self.identical = len(self.parts) == 1
 
     def cumulants(self, t) -> np.ndarray:
-        """Composed ``[K, K', K'', K''', K'''', sum_i k_i rho_i]`` at t."""
+        """Composed ``[K, K', K'', K''', K'''', sum_i k_i rho_i, K^(5)]`` at t."""
         out = None
         for c, k in self.parts:
             v = k * c.cumulants(t)

@@ -78,9 +78,33 @@ def _prv_factory(mechanism: Mechanism, steps: int, *, max_bins: int, eps_error=N
 #: method name -> factory(mechanism, steps, *, interval, max_bins, eps_error, delta_error)
 #: returning an object with ``.epsilon(deltas)`` / ``.delta(epsilons)`` -> Interval or
 #: Estimate (lower, estimate, upper) and, optionally, ``.interval``.
+def _spa_factory(mechanism: Mechanism, steps: int, **_):
+    """Saddle-point accountant: certified Berry-Esseen interval, SP-MSD1 estimate."""
+    from .spa import account_spa
+
+    return account_spa(mechanism, steps, on_edge="flag")
+
+
+def _rdp_factory(mechanism: Mechanism, steps: int, **_):
+    """RDP / moments accountant: an upper bound only (lower is NaN)."""
+    from .baselines import account_rdp
+
+    return account_rdp(mechanism, steps)
+
+
+def _clt_factory(mechanism: Mechanism, steps: int, **_):
+    """CLT / Gaussian-DP: an ESTIMATE only, never a guarantee (lower and upper are NaN)."""
+    from .baselines import account_clt
+
+    return account_clt(mechanism, steps)
+
+
 METHODS: dict[str, Callable] = {
     "pld": _pld_factory,
     "prv": _prv_factory,
+    "spa": _spa_factory,
+    "rdp": _rdp_factory,
+    "clt": _clt_factory,
 }
 
 
@@ -314,6 +338,8 @@ def _json_output(args, values, lo, hi, seconds, acc) -> str:
         for row, e in zip(rows, est):
             row["estimate"] = _num(e)
     out = {key: rows, "method": args.method, "seconds": seconds, "params": _params(args, acc)}
+    if args.method == "clt":
+        out["warning"] = "clt is a central-limit ESTIMATE, not a guarantee: lower and upper are null"
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         out["note"] = ("null marks a non-finite bound: a null lower is -infinity (no non-trivial "
                        "lower bound), a null upper is +infinity (no finite bound)")
@@ -321,6 +347,8 @@ def _json_output(args, values, lo, hi, seconds, acc) -> str:
 
 
 def _fmt(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
     return f"{x:.10g}" if math.isfinite(x) else ("inf" if x > 0 else "-inf")
 
 
@@ -330,14 +358,16 @@ def _table_output(args, values, lo, hi, seconds, acc) -> str:
                      for k, v in p.items() if v is not None)
     lines = [f"{args.command}  method={args.method}  {head}  ({seconds:.3f} s)"]
     arg = "delta" if args.command == "epsilon" else "epsilon"
-    cols = [arg, "lower", "upper", "width", "rel.width"]
+    est = getattr(acc, "_cli_estimate", None)
+    cols = [arg, "lower", "upper", "width", "rel.width"] + (["estimate (no guarantee)"] if est is not None else [])
     body = []
-    for v, l, u in zip(values, lo, hi):
+    for j, (v, l, u) in enumerate(zip(values, lo, hi)):
         w = u - l if (math.isfinite(l) and math.isfinite(u)) else math.inf
         mag = max(abs(l), abs(u)) if math.isfinite(w) else math.inf
         rw = w / mag if (math.isfinite(w) and mag > 0) else (0.0 if w == 0 else math.inf)
         body.append([f"{v:g}", _fmt(l), _fmt(u), _fmt(w) if math.isfinite(w) else "inf",
-                     f"{rw:.2e}" if math.isfinite(rw) else "inf"])
+                     f"{rw:.2e}" if math.isfinite(rw) else "inf"]
+                    + ([_fmt(float(est[j]))] if est is not None else []))
     widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(cols)]
     lines.append("  ".join(c.rjust(wd) for c, wd in zip(cols, widths)))
     lines += ["  ".join(x.rjust(wd) for x, wd in zip(r, widths)) for r in body]

@@ -186,6 +186,7 @@ class _Step:
         self._rules: dict = {}
         self._logm: dict = {}       # (t, log2 Delta, m, wp) -> ln M(t + i m Delta)
         self._prog: dict = {}       # progression states of the phase recurrence
+        self._windows: dict = {}
         self._checks: dict = {}
 
     # -- double precision: real CGF K, K', K'' ------------------------------
@@ -201,13 +202,24 @@ class _Step:
         return -0.5 * u * u - _SQRT_2PI_LN + c * self._ell_np(u)
 
     def _float_window(self, t, nats):
-        """u-range where the integrand of M(t) is within e^-nats of its maximum (float)."""
+        """u-range covering where the integrand of M(t) is within e^-nats of its maximum (float)."""
+        key = (t, nats)
+        hit = self._windows.get(key)
+        if hit is not None:
+            return hit
         c = self.c0 + self.c1 * t
         centre = c / self.sigma
         half = math.sqrt(2.0 * nats) + 8.0
         lo = min(0.0, centre) - half
         hi = max(0.0, centre) + half
-        return lo, hi
+        grid = np.arange(lo, hi + 0.05, 0.05)
+        g = self._exponent_np(grid, t)
+        keep = grid[g >= g.max() - nats]
+        out = (float(keep[0]) - 0.5, float(keep[-1]) + 0.5)
+        if len(self._windows) > 4096:
+            self._windows.clear()
+        self._windows[key] = out
+        return out
 
     @functools.lru_cache(maxsize=4096)
     def cgf_real(self, t: float):
@@ -230,6 +242,49 @@ class _Step:
         m2 = (w * (ell - m1) ** 2).sum() / s0
         K = gm + math.log(s0 * du)
         return K, self.c1 * m1, m2
+
+    def log_abs_ratio_float(self, t: float, ys, stop=None):
+        """ln |M(t + i y) / M(t)| in double precision for an increasing array of y.
+
+        For predicting how far the contour integrand extends; values below the
+        rounding floor (~1e-12) are returned as ln(1e-12).  ``stop(i, value)``
+        may end the scan early (the result is then shorter).
+        """
+        ys = np.asarray(ys, dtype=float)
+        if self.gaussian:
+            s2 = self.sigma**2
+            return -ys**2 / (2 * s2)
+        lo, hi = self._float_window(t, 40.0)
+        out = np.empty_like(ys)
+        i = 0
+        while i < len(ys):
+            # one u-grid per factor-2 block of y, resolving the phase y l(u) (l' <= 1/sigma)
+            yb = ys[i]
+            jj = i
+            while jj < len(ys) and ys[jj] <= 2 * max(yb, 1.0):
+                jj += 1
+            ymax = ys[jj - 1]
+            du = min(0.05, 0.15 * self.sigma, 0.5 * self.sigma / max(ymax, 1e-9))
+            u = np.arange(lo, hi, du)
+            g = self._exponent_np(u, t)
+            w = np.exp(g - g.max())
+            ell = self._ell_np(u)
+            s0 = w.sum()
+            for k_ in range(i, jj):
+                r = abs(np.dot(w, np.exp(1j * self.c1 * ys[k_] * ell))) / s0
+                out[k_] = math.log(max(r, 1e-12))
+                if stop is not None and stop(k_, out[k_]):
+                    return out[:k_ + 1]
+            i = jj
+        return out
+
+    def window_stats(self, t: float, wp: int):
+        """(width of the u-window, range of l over it) for node-count predictions."""
+        if self.gaussian:
+            return 0.0, 0.0
+        lo, hi = self._float_window(t, wp * _LN10 + 30.0)
+        ell = self._ell_np(np.array([lo, hi]))
+        return hi - lo, float(ell[1] - ell[0])
 
     # -- high precision: ln M(t + i y) ----------------------------------------
     def _ell_mp(self, u):
@@ -324,10 +379,7 @@ class _Step:
                 u0 = u1
         scale = 1 / mpmath.sqrt(2 * mpmath.pi)
         out = [(a * scale, l_) for a, l_ in out]
-        if len(self._rules) > 24:
-            self._rules.clear()
-            self._prog.clear()
-        self._rules[key] = out
+        self._store_rule(key, out)
         return out
 
     @staticmethod
@@ -358,8 +410,18 @@ class _Step:
                 A.append(ai)
                 L.append(l_)
         out = (P, total, A, L)
-        self._rules[key] = out
+        self._store_rule(key, out)
         return out
+
+    def _store_rule(self, key, value):
+        """Keep few rules (they are large): those of the current line t only, at most 6."""
+        t = key[1] if key[0] == "fx" else key[0]
+        stale = [k_ for k_ in self._rules if (k_[1] if k_[0] == "fx" else k_[0]) != t]
+        if stale or len(self._rules) >= 6:
+            for k_ in stale or list(self._rules)[:2]:
+                del self._rules[k_]
+            self._prog.clear()
+        self._rules[key] = value
 
     def log_mgf_progression(self, t: float, y0: float, s: float, count: int, wp: int, ycap: float):
         """[ln M(t + i (y0 + n s)) for n in range(count)] at the current precision.
@@ -394,8 +456,12 @@ class _Step:
         if st is None:
             C, S = seed(s)
             st = [C, S, None, None, None, 0]
+            if len(self._prog) >= 4:
+                self._prog.clear()
             self._prog[pkey] = st
         C, S, y_next, X, Y, age = st
+        SpC = [sn + c for sn, c in zip(S, C)]
+        SmC = [sn - c for sn, c in zip(S, C)]
         if y_next != y0:
             X, Y, age = None, None, 0
         out = []
@@ -407,11 +473,20 @@ class _Step:
             re = sum(map(int.__mul__, A, X))
             im = sum(map(int.__mul__, A, Y))
             out.append(mpmath.log(mpmath.mpc(re, im) * scale))
-            X, Y = ([(x * c - y * sn) >> P for x, y, c, sn in zip(X, Y, C, S)],
-                    [(x * sn + y * c) >> P for x, y, c, sn in zip(X, Y, C, S)])
+            # (X + iY)(C + iS) with three multiplications: k1 = C (X + Y)
+            K1 = [c * (x + y) for x, y, c in zip(X, Y, C)]
+            X, Y = ([(k1 - y * e) >> P for k1, y, e in zip(K1, Y, SpC)],
+                    [(k1 + x * d) >> P for k1, x, d in zip(K1, X, SmC)])
             age += 1
         st[2:] = [y0 + count * s, X, Y, age]
         return out
+
+    def nodes_predicted(self, t: float, ycap: float, wp: int) -> float:
+        """Rough number of nodes of the rule for (t, ycap, wp), without building it."""
+        if self.gaussian:
+            return 1.0
+        width, lrange = self.window_stats(t, wp)
+        return 24.0 * width + 0.8 * ycap * lrange
 
     def nodes_count(self, t: float, ycap: float, wp: int) -> int:
         if self.gaussian:
@@ -430,6 +505,8 @@ class _Step:
             r2 = self._rule(t, max(y, 1.0), wp, fine=True)
             m2 = self._sum_rule(r2, self.c1 * mpmath.mpf(y))
             m0 = self._sum_rule(r2, 0)
+            if len(self._checks) > 1000:
+                self._checks.clear()
             self._checks[key] = abs(mpmath.exp(ln_m) - m2) / abs(m0)
         return self._checks[key]
 
@@ -461,7 +538,9 @@ class _Retry(Exception):
 
 
 #: default limit on the work of one contour evaluation (node-steps of the inner sum)
-_WORK_BUDGET = 4e7
+_WORK_BUDGET = 2.5e7
+#: largest inner rule (memory: each node holds a few multi-precision numbers)
+_MAX_NODES = 150000
 
 
 class _Composed:
@@ -539,15 +618,13 @@ class _Composed:
             # sum_{n>=1} C e^{-a n T} <= 2 C e^{-a T} when e^{-a T} <= 1/2
             return max(ln_C + ln2 - ln_half, ln2) / a
 
-        fr = (0.02, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 0.97)
+        fr = (0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
         if t > 0:
             t_triv = need(0.0, t)
-            chern_sides = {-1: [t + f * (1 + t) * m for f in fr for m in (0.25, 1.0, 4.0)]}
-            other = +1
+            chern_sides = {-1: [t + f * (1 + t) * m for f in fr for m in (0.3, 3.0)]}
         else:
             t_triv = need(eps, -1 - t)
-            chern_sides = {+1: [t - f * (1 + abs(t)) * m for f in fr for m in (0.25, 1.0, 4.0)]}
-            other = -1
+            chern_sides = {+1: [t - f * (1 + abs(t)) * m for f in fr for m in (0.3, 3.0)]}
         best = math.inf
         for side, cands in chern_sides.items():
             for t2 in cands:
@@ -560,7 +637,6 @@ class _Composed:
                 ln_C = _ln_gmax(t2) + k * K2 - t2 * eps + 1.0
                 if math.isfinite(ln_C):
                     best = min(best, need(ln_C, abs(t - t2)))
-        del other
         return t_triv, max(t_triv, best)
 
     def saddle_cached(self, eps: float, side: int):
@@ -584,13 +660,13 @@ class _Composed:
         if t > 0:
             sh = self.saddle_cached(eps, +1)
             s0 = max(t, sh)
-            grid = (s0 * math.exp(0.02 * i) for i in range(3000))
+            grid = (s0 * math.exp(0.04 * i) for i in range(1500))
         else:
             sh = self.saddle_cached(eps, -1)
             if sh is None:
                 return 0.0
             s0 = min(t, sh)
-            grid = (-1.0 - (-1.0 - s0) * math.exp(0.02 * i) for i in range(3000))
+            grid = (-1.0 - (-1.0 - s0) * math.exp(0.04 * i) for i in range(1500))
         for sv in grid:
             try:
                 K, K1, K2 = self.step.cgf_real(sv)
@@ -602,7 +678,7 @@ class _Composed:
             if not math.isfinite(sp):
                 return math.inf
             if t * (e_s - eps) + sp < ln_thr - 3.0:
-                return 1.05 * abs(e_s - eps) + 0.5
+                return 1.1 * abs(e_s - eps) + 0.5
         return math.inf
 
     def plan(self, eps: float, t: float, dps: int, ln_hint: float):
@@ -622,20 +698,62 @@ class _Composed:
         rigorous = t_ch <= 1.5 * t_est
         T = t_ch if rigorous else t_est
         y_gauss = math.sqrt(2.0 * max(p - ln_abs_tol, 1.0) / p2)
-        n_pred = y_gauss * T / (2 * math.pi)
-        cost = (n_pred + 10) * (wp / 50.0) ** 1.6
-        return dict(p=p, p2=p2, wp=wp, cancel=cancel, T=T, rigorous=rigorous,
-                    y_gauss=y_gauss, ln_abs_tol=ln_abs_tol, cost=cost)
+        # predicted extent of the integrand from |M| in double precision
+        Delta = 2.0 ** math.floor(math.log2(2 * math.pi / T)) if math.isfinite(T) else 0.0
+        y_min = 3.0 / math.sqrt(p2)
+        ys = y_min * 1.2 ** np.arange(0, 200)
+        ys = ys[ys <= 1000.0]
+        y_pred = y_min
+        if Delta > 0:
+            ln_cut = ln_abs_tol + math.log(math.pi) - 2.0
+            ln_floor = math.log(1e-12) + 1e-9
+            lnt = math.log(abs(t * (1 + t)))
+            rec = []  # (y, excess, at_floor); excess > 0: the term is still needed
+
+            def stop(i, lr):
+                y = ys[i]
+                lnF = p + self.k * lr + lnt - 0.5 * math.log((t * t + y * y) * ((1 + t) ** 2 + y * y))
+                rec.append((y, lnF + math.log(y / Delta) - ln_cut, lr <= ln_floor))
+                if rec[-1][2] and rec[-1][1] > 0:
+                    return True  # below the float floor but possibly needed: extrapolate
+                last = max((j for j, r in enumerate(rec) if r[1] > 0), default=-1)
+                return len(rec) - 1 - last >= 10  # 10 grid points (a factor 6 in y) not needed
+
+            self.step.log_abs_ratio_float(t, ys, stop)
+            if rec and rec[-1][2] and rec[-1][1] > 0:
+                # extrapolate the excess as a power of y from the last points above the floor
+                good = [r for r in rec if not r[2]]
+                if len(good) >= 2 and good[-1][1] > good[-2][1] - 50:
+                    (y1, e1, _), (y2, e2, _) = good[-2], good[-1]
+                    alpha = (e1 - e2) / math.log(y2 / y1)
+                    y_pred = y2 * math.exp(e2 / alpha) * 1.2 if alpha > 0.5 else math.inf
+                else:
+                    y_pred = math.inf
+            else:
+                needed = [r[0] for r in rec if r[1] > 0]
+                if needed:
+                    y_pred = needed[-1] * 1.2
+                if rec and len(rec) == len(ys) and rec[-1][1] > 0:
+                    y_pred = math.inf
+        y_pred = max(y_pred, y_gauss)
+        width, lrange = self.step.window_stats(t, wp)
+        nodes = 1.0 if self.step.gaussian else 24.0 * width + 0.8 * y_pred * lrange
+        if nodes > _MAX_NODES:
+            y_pred = math.inf
+        terms = y_pred / Delta if Delta > 0 else math.inf
+        cost = (terms + 10) * (nodes + 50) * (wp / 50.0) ** 1.5
+        return dict(p=p, p2=p2, wp=wp, cancel=cancel, T=T, rigorous=rigorous, y_gauss=y_gauss,
+                    y_pred=y_pred, ln_abs_tol=ln_abs_tol, cost=cost)
 
     # -- one contour evaluation on a given line -----------------------------
-    def contour(self, eps, t: float, dps: int, ln_hint: float, work_budget: float = _WORK_BUDGET):
+    def contour(self, eps, t: float, dps: int, ln_hint: float, work_budget: float = _WORK_BUDGET, spent=None):
         """delta(eps) on the line Re z = t; raises _SlowDecay, _Retry or ContourError."""
         k, st = self.k, self.step
         epsf = float(eps)
         tol_digits = dps + 3
         pl = self.plan(epsf, t, dps, ln_hint)
         p, p2, wp = pl["p"], pl["p2"], pl["wp"]
-        if pl["cancel"] > 60:
+        if pl["cancel"] > 120:
             raise _SlowDecay(f"line t = {t:.6g} would cancel {pl['cancel']:.0f} digits")
         ln_abs_tol = pl["ln_abs_tol"]
         rigorous, T = pl["rigorous"], pl["T"]
@@ -643,8 +761,10 @@ class _Composed:
             raise _SlowDecay(f"no usable trapezoidal step on t = {t:.6g}")
         j = math.floor(math.log2(2 * math.pi / T))  # Delta = 2^j <= 2 pi / T
         y_min = 3.0 / math.sqrt(p2)
-        ycap0 = 2.0 * pl["y_gauss"]
-        work = [0.0]
+        ycap0 = max(2.0 * pl["y_gauss"], 1.25 * pl["y_pred"]) if math.isfinite(pl["y_pred"]) else 2.0 * pl["y_gauss"]
+        work = spent if spent is not None else [0.0]
+        work_budget = work[0] + work_budget
+        built = set()
 
         with mpmath.workdps(wp):
             tt = mpmath.mpf(t)
@@ -674,9 +794,17 @@ class _Composed:
                         d, r = 1.0, i
                     cnt = r - i + 1
                     vals = st.log_mgf_progression(t, missing[i], d, cnt, wp, cap)
-                    work[0] += cnt * st.nodes_count(t, cap, wp)
+                    if cap not in built and st.nodes_predicted(t, cap, wp) > _MAX_NODES:
+                        raise _SlowDecay(f"inner rule would need too many nodes (y up to {cap:.3g}, t = {t:.6g})")
+                    nn = st.nodes_count(t, cap, wp)
+                    if cap not in built:
+                        built.add(cap)
+                        work[0] += 20 * nn  # building the rule
+                    work[0] += cnt * nn
                     for n in range(cnt):
                         out[missing[i + n]] = vals[n]
+                        if len(st._logm) > 200000:
+                            st._logm.clear()
                         st._logm[(t, missing[i + n])] = (wp, vals[n])
                     i = r + 1
                 return out
@@ -698,10 +826,12 @@ class _Composed:
                                          if ycap / 4 < i * D <= ycap / 2), default=0)
                         if tail_now > thresh * 1e3 and tail_prev > 0 and tail_now > 0.3 * tail_prev:
                             raise _SlowDecay(f"integrand decays slowly near y = {ycap:.3g} on t = {t:.6g}")
-                        if work[0] > work_budget:
+                        if work[0] + 20 * st.nodes_predicted(t, 2 * ycap, wp) > work_budget:
                             raise _SlowDecay(f"work budget exhausted at y = {ycap:.3g} on t = {t:.6g}")
                         ycap *= 2.0
                         continue
+                    if work[0] > work_budget:
+                        raise _SlowDecay(f"work budget exhausted at y = {ms[0] * D:.3g} on t = {t:.6g}")
                     lm = lnM_many([i * D for i in ms], ycap)
                     for i in ms:
                         z = mpmath.mpc(tt, i * Dm)
@@ -776,22 +906,26 @@ def _candidate_lines(comp: _Composed, eps: float, dps: int, ln_hint: float):
     tm = comp.saddle_cached(eps, -1)
     cands = set()
     if tp is not None:
-        cands |= {tp, tp * 1.5, tp * 2, tp * 3, tp * 5, tp * 8, tp + 0.5, tp + 1, tp + 2, tp + 4}
+        cands |= {tp, tp + 0.5, tp + 1, tp + 2}
+        cands |= {tp * f for f in (1.5, 2, 3, 4, 6, 8, 12, 16)}
     if tm is not None:
-        cands |= {tm, 1.5 * tm + 0.5, 2 * tm + 1, 3 * tm + 2, tm - 0.5, tm - 1, tm - 2}
+        cands |= {tm, tm - 0.5, tm - 1, tm - 2}
+        cands |= {-1 + (tm + 1) * f for f in (1.5, 2, 3, 4, 6, 8, 12, 16)}
     ranked = []
     for t in sorted(cands):
         try:
+            if (comp.phi(t, eps)[0] - ln_hint) / _LN10 > 100:
+                continue
             c = comp.plan(eps, t, dps, ln_hint)
         except (OverflowError, ValueError, ZeroDivisionError):
             continue
-        if c["cancel"] <= 40 and math.isfinite(c["cost"]):
+        if c["cancel"] <= 100 and math.isfinite(c["cost"]):
             ranked.append((c["cost"], t))
     ranked.sort()
     return [t for _, t in ranked], tp, tm
 
 
-def _delta_one(comp: _Composed, eps, dps: int, t=None, lines=None):
+def _delta_one(comp: _Composed, eps, dps: int, t=None, lines=None, work_budget: float = _WORK_BUDGET):
     """delta(eps) for one direction, with line selection and retries; returns (mpf, info)."""
     st, k = comp.step, comp.k
     epsf = float(eps)
@@ -811,11 +945,15 @@ def _delta_one(comp: _Composed, eps, dps: int, t=None, lines=None):
     elif lines is None:
         lines = _candidate_lines(comp, epsf, dps, ln_hint)[0]
     last = None
-    for tl in lines:
+    spent = [0.0]
+    for tl in lines[:6]:
         hint = ln_hint
         for _ in range(5):
+            left = work_budget - spent[0]
+            if left <= 0:
+                break
             try:
-                return comp.contour(eps, tl, dps, hint)
+                return comp.contour(eps, tl, dps, hint, left, spent)
             except _Retry as r:
                 hint = min(hint - 5.0, r.ln_val - 3.0)
             except _SlowDecay as s:
@@ -946,14 +1084,20 @@ def epsilon_gaussian(delta, sigma, steps, q=1.0, direction="remove", dps=30, xto
             hi = mid
     t0 = math.exp(0.5 * (lo + hi))
     eps0 = eps_of_t(t0)
-    # 2) fix the line (fall back to the automatic choice if it fails)
-    line = [float(f"{t0:.6g}")]
+    # 2) choose a working line at the first guess and keep it (the single-step
+    #    CGF values on it are then reused); fall back to the automatic choice
+    val0, info0 = _delta_one(comp, eps0, dps)
+    line = [info0.get("t")]
 
     def f(x):
-        try:
-            val, info = _delta_one(comp, x, dps, line[0])
-        except ContourError:
-            val, info = _delta_one(comp, x, dps, None)
+        val = None
+        if line[0] is not None:
+            try:
+                val, _ = _delta_one(comp, x, dps, line[0])
+            except ContourError:
+                val = None
+        if val is None:
+            val, info = _delta_one(comp, x, dps)
             if "t" in info:
                 line[0] = info["t"]
         if val <= 0:
@@ -964,7 +1108,11 @@ def epsilon_gaussian(delta, sigma, steps, q=1.0, direction="remove", dps=30, xto
     # 3) bracket
     step = 0.02 * (1 + abs(eps0))
     a = b = eps0
-    fa = fb = f(eps0)
+    if val0 <= 0:
+        fa = fb = -mpmath.inf
+    else:
+        with mpmath.workdps(dps + 10):
+            fa = fb = mpmath.log(val0) - ln_target_mp
     for _ in range(60):
         if fa > 0:
             break
@@ -981,6 +1129,7 @@ def epsilon_gaussian(delta, sigma, steps, q=1.0, direction="remove", dps=30, xto
     if not (fa > 0 > fb):
         raise ContourError("could not bracket eps(delta)")
     # 4) Illinois iteration (regula falsi with halving), bisection when f = -inf
+    ftol = mpmath.mpf(10) ** (-(dps - 2))
     with mpmath.workdps(dps + 10):
         a, b = mpmath.mpf(a), mpmath.mpf(b)
         side = 0
@@ -994,7 +1143,7 @@ def epsilon_gaussian(delta, sigma, steps, q=1.0, direction="remove", dps=30, xto
                 if not (a < c < b):
                     c = (a + b) / 2
             fc = f(c)
-            if fc == 0:
+            if abs(fc) <= ftol:  # as accurate as delta itself
                 a = b = c
                 break
             if fc > 0:

@@ -233,6 +233,31 @@ def prv_method(params, steps, deltas, options):
     return _answer_per_steps(lambda k: account_prv(mech, steps=k, **kw), steps, deltas)
 
 
+# -- SPA and the baselines ---------------------------------------------------------
+def _grid_method(make):
+    def fn(params, steps, deltas, options):
+        acc = make(make_mechanism(params))
+        lo, _est, up = acc.epsilon_grid(np.asarray(steps), np.asarray(deltas, dtype=float))
+        return np.asarray(lo, dtype=float), np.asarray(up, dtype=float), []
+    return fn
+
+
+def _spa(mech):
+    from pldlib.spa import account_spa
+
+    return account_spa(mech, on_edge="flag")
+
+
+def _rdp(mech):
+    from pldlib.baselines import account_rdp
+
+    return account_rdp(mech)
+
+
+register("spa", description="saddle-point accountant: certified Berry-Esseen interval")(_grid_method(_spa))
+register("rdp", description="RDP accountant: upper bound only (eps_lower is NaN)")(_grid_method(_rdp))
+
+
 # -- the task --------------------------------------------------------------------
 def _transient(e: BaseException) -> bool:
     try:
