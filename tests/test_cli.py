@@ -266,7 +266,7 @@ BAD = [
     (_argv(mechanism="cauchy"), "--mechanism"),
     (_argv(sampling="bernoulli"), "--sampling"),
     (_argv(relation="neighbour"), "--relation"),
-    (_argv(method="rdp"), "--method"),
+    (_argv(method="magic"), "--method"),
     (_argv(scale="1"), "--scale"),  # --scale with gaussian
     (_argv(mechanism="laplace"), "--sigma"),  # --sigma with laplace
     (_argv(mechanism="laplace", drop=("sigma",)), "--scale"),  # laplace without --scale
