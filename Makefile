@@ -11,9 +11,10 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	@echo "setting up $(VENV) (first run only)..."
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[test]'
+	@$(PY) -m pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@$(PY) -m pip install -q -e '.[test]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	@touch $(STAMP)
+	@echo "done (log: $(VENV)/install.log)"
 
 install: $(STAMP)
 
