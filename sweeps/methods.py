@@ -170,11 +170,26 @@ def _short(e: BaseException) -> str:
 
 
 # -- the PLD method --------------------------------------------------------------
-@register("pld", options={"interval": _opt_positive_or_none, "max_bins": _opt_int_ge1_or_none},
+def _opt_discretisation(fld, v):
+    from pldlib.accountant import DISCRETISATIONS
+
+    from .config import ConfigError
+
+    if not isinstance(v, str) or v not in DISCRETISATIONS:
+        raise ConfigError(fld, f"must be one of {', '.join(DISCRETISATIONS)}, got {v!r}")
+    return v
+
+
+@register("pld", options={"interval": _opt_positive_or_none, "max_bins": _opt_int_ge1_or_none,
+                          "discretisation": _opt_discretisation},
+          # (no default for discretisation: configs that leave it out keep their fingerprint)
           defaults={"interval": None, "max_bins": None},
           description="pldlib certified PLD accountant (lower, upper)")
 def pld_method(params, steps, deltas, options):
     """One accountant per steps value, each answering all deltas in one call.
+
+    Options: ``interval`` (grid spacing; default automatic), ``max_bins``,
+    ``discretisation`` (``connect_the_dots``, the default, or ``privacy_buckets``).
 
     If a steps value raises, the other steps values still run; a
     ``PrecisionLimitError`` for the vectorised call is retried delta by delta
@@ -182,7 +197,7 @@ def pld_method(params, steps, deltas, options):
     """
     import pldlib
 
-    kw = {k: options[k] for k in ("interval", "max_bins") if options.get(k) is not None}
+    kw = {k: options[k] for k in ("interval", "max_bins", "discretisation") if options.get(k) is not None}
     mech = make_mechanism(params)
     return _answer_per_steps(lambda k: pldlib.account(mech, steps=k, **kw), steps, deltas)
 
