@@ -30,7 +30,11 @@ from . import _validate as V
 from .accountant import Interval, account
 from .mechanisms import Gaussian
 
-__all__ = ["calibrate", "CalibrationResult", "get_noise_multiplier"]
+__all__ = ["calibrate", "CalibrationResult", "CalibrationError", "get_noise_multiplier", "seed_sigma"]
+
+
+class CalibrationError(RuntimeError):
+    """No certified sigma could be found within the evaluation budget or the accuracy limits."""
 
 
 @dataclass
@@ -51,6 +55,7 @@ class CalibrationResult:
     interval: float
     params: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
+    seed: str = "gdp"
 
     def as_dict(self) -> dict:
         return {
@@ -61,6 +66,7 @@ class CalibrationResult:
             "evaluations": self.evaluations,
             "interval": self.interval,
             "params": self.params,
+            "seed": self.seed,
         }
 
 
@@ -80,6 +86,21 @@ def _gdp_sigma(epsilon, delta, q, steps) -> float:
     # mu = q sqrt(k (e^{1/sigma^2} - 1))
     x = (mu / (q * math.sqrt(steps))) ** 2
     return 1.0 / math.sqrt(math.log1p(x))
+
+
+def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",
+               relation: str = "add_remove") -> float:
+    """A starting sigma from the Gaussian-DP (CLT) estimate -- an ESTIMATE, used only to steer.
+
+    WOR add/remove uses sensitivity 2 (twice the sigma); substitution without
+    Poisson sampling also doubles the sensitivity.
+    """
+    s = _gdp_sigma(epsilon, delta, q, steps)
+    if sampling == "wor" and q < 1.0:
+        s *= 2.0
+    if relation == "substitution" and not (sampling == "poisson" and q < 1.0):
+        s *= 2.0
+    return s
 
 
 def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, sampling: str = "poisson",
@@ -119,20 +140,19 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     def mech(sigma):
         return Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation)
 
-    seed = None
+    seed, seed_kind = None, "gdp"
     if sigma_guess is not None:
-        seed = V.positive_finite("sigma_guess", sigma_guess)
-    elif table is not None:
+        seed, seed_kind = V.positive_finite("sigma_guess", sigma_guess), "guess"
+    elif table is not None and samp != "none":
         try:
-            seed = table.sigma_for(epsilon, delta, q, steps, samp if samp != "none" else sampling, relation).sigma
+            ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)
+            # the table's sigma is certified for a safe-side neighbour of the query,
+            # so it over-estimates the answer: start a little below it
+            seed, seed_kind = ans.sigma * (1.0 if ans.exact else 0.97), "table"
         except (ValueError, KeyError):
             seed = None
     if seed is None:
-        seed = _gdp_sigma(epsilon, delta, q, steps)
-        if samp == "wor":
-            seed *= 2.0
-        if relation == "substitution":
-            seed *= 2.0 if samp != "poisson" else 1.0
+        seed = seed_sigma(epsilon, delta, q, steps, samp, relation)
     history: list = []
 
     def evaluate(sigma: float, h: float | None):
@@ -216,7 +236,8 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
             if ambiguous > 8:
                 break
     if hi_s is None:
-        raise RuntimeError("calibration did not find a feasible sigma within the evaluation budget")
+        raise CalibrationError("calibration did not find a certified sigma within the evaluation budget "
+                               f"({n_eval} PLD evaluations)")
     return CalibrationResult(
         sigma=float(hi_s),
         epsilon=Interval(float(hi_iv.lower), float(hi_iv.upper)),
@@ -227,6 +248,7 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
         params={"epsilon": epsilon, "delta": delta, "q": q, "steps": steps, "sampling": samp,
                 "relation": relation, "tol": tol},
         history=history,
+        seed=seed_kind,
     )
 
 

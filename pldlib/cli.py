@@ -38,6 +38,7 @@ import numpy as np
 
 from . import __version__
 from .accountant import PrecisionLimitError
+from .calibrate import CalibrationError
 from .composition import DEFAULT_MAX_BINS, GridTooLargeError
 from .mechanisms import Gaussian, Laplace, Mechanism
 
@@ -267,7 +268,75 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(pd)
     pd.add_argument("--epsilon", type=_epsilon, nargs="+", required=True, metavar="E",
                     help="epsilon value(s), finite (negative allowed)")
+    _add_calibrate(sub)
     return parser
+
+
+def _add_calibrate(sub) -> None:
+    pc = sub.add_parser(
+        "calibrate", help="smallest certified Gaussian noise multiplier for a target",
+        description="Smallest Gaussian noise multiplier sigma whose certified (PLD upper bound) "
+                    "eps(delta) is <= the target epsilon, to a relative tolerance in sigma.")
+    pc.add_argument("--epsilon", type=_positive_finite, required=True, metavar="E",
+                    help="target epsilon (> 0)")
+    pc.add_argument("--delta", type=_delta, required=True, metavar="D", help="target delta in (0, 1)")
+    pc.add_argument("--q", type=_q, default=1.0, help="sampling probability in (0, 1] (default 1)")
+    pc.add_argument("--steps", type=_steps, required=True, help="number of compositions (integer >= 1)")
+    pc.add_argument("--sampling", choices=SAMPLINGS, default=None,
+                    help="sampling scheme (default: none if q = 1, poisson if q < 1)")
+    pc.add_argument("--relation", choices=RELATIONS, default="add_remove",
+                    help="neighbouring relation (default add_remove)")
+    pc.add_argument("--tol", type=_positive_finite, default=1e-3,
+                    help="relative tolerance on sigma (default 1e-3)")
+    pc.add_argument("--table", default=None, metavar="PATH",
+                    help="sigma lookup table (zarr) used as a seed when it covers the query "
+                         "(default: the curated table shipped under results/, if present)")
+    pc.add_argument("--no-table", action="store_true", help="do not seed from a lookup table")
+    pc.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _run_calibrate(args) -> int:
+    from .calibrate import calibrate
+    from . import tables
+
+    if args.sampling is None:
+        args.sampling = "poisson" if args.q < 1.0 else "none"
+    elif args.sampling == "none" and args.q < 1.0:
+        raise UsageError(f"argument --q: q = {args.q:g} < 1 needs --sampling poisson or wor "
+                         "(got --sampling none)")
+    table = None
+    if not args.no_table:
+        path = args.table if args.table is not None else tables.default_table_path()
+        if path is not None:
+            try:
+                table = tables.open_table(path)
+            except (OSError, ValueError) as e:
+                if args.table is not None:  # asked for explicitly: a bad path is bad input
+                    raise UsageError(f"argument --table: cannot read {args.table!r}: {e}") from None
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        res = calibrate(args.epsilon, args.delta, args.q, args.steps, sampling=args.sampling,
+                        relation=args.relation, tol=args.tol, table=table)
+    params = {"epsilon": args.epsilon, "delta": args.delta, "q": args.q, "steps": args.steps,
+              "sampling": args.sampling, "relation": args.relation, "tol": args.tol,
+              "mechanism": "gaussian", "method": "pld", "interval": res.interval,
+              "evaluations": res.evaluations, "seed": res.seed}
+    if args.json:
+        out = {"sigma": res.sigma,
+               "epsilon": {"lower": _num(res.epsilon.lower), "upper": _num(res.epsilon.upper)},
+               "sigma_lower": res.sigma_lower, "seconds": res.seconds, "params": params}
+        print(json.dumps(out, allow_nan=False))
+    else:
+        lines = [f"calibrate  target eps={args.epsilon:g} delta={args.delta:g}  q={args.q:g} "
+                 f"sampling={args.sampling} relation={args.relation} steps={args.steps}  "
+                 f"({res.seconds:.3f} s, {res.evaluations} PLD evaluations, seed: {res.seed})",
+                 f"sigma = {res.sigma:.8g}   certified eps(delta) in [{_fmt(res.epsilon.lower)}, "
+                 f"{_fmt(res.epsilon.upper)}] <= {args.epsilon:g}"]
+        if res.sigma_lower is not None:
+            lines.append(f"sigma = {res.sigma_lower:.8g} is certified NOT to meet the target: the "
+                         f"smallest feasible sigma lies in ({res.sigma_lower:.8g}, {res.sigma:.8g}]")
+        print("\n".join(lines))
+    return EXIT_OK
 
 
 def _resolve(args) -> None:
@@ -385,14 +454,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        _resolve(args)
+        if args.command != "calibrate":
+            _resolve(args)
     except UsageError as e:
         return _fail(str(e), EXIT_USAGE)
     except SystemExit as e:  # --help / --version
         return int(e.code or 0) if not isinstance(e.code, str) else _fail(e.code, EXIT_USAGE)
     try:
+        if args.command == "calibrate":
+            return _run_calibrate(args)
         values, lo, hi, seconds, acc = _run(args)
-    except (PrecisionLimitError, GridTooLargeError, OverflowError, MemoryError) as e:
+    except UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except (PrecisionLimitError, CalibrationError, GridTooLargeError, OverflowError, MemoryError) as e:
         return _fail(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, EXIT_LIMIT)
     except (ValueError, TypeError, NotImplementedError) as e:
         return _fail(str(e) or type(e).__name__, EXIT_USAGE)
