@@ -24,7 +24,7 @@ from .composition import DEFAULT_MAX_BINS, Composition, GridTooLargeError, compo
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
 from .mechanisms import Mechanism
 
-__all__ = ["Interval", "Estimate", "account", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
+__all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS"]
 
 #: names accepted by ``account(..., discretisation=...)``
@@ -34,6 +34,15 @@ DISCRETISATIONS = ("connect_the_dots", "privacy_buckets")
 RETILT_SHARE = 1e-4
 #: round-off share above which an answer is refused as not certifiable
 REFUSE_SHARE = 0.5
+#: total P-mass of all steps' single-step losses truncated to +inf (pessimistic) is at most this
+TAIL_TOTAL = 1e-32
+#: the per-step truncated mass is TAIL_TOTAL / max(steps, TAIL_STEPS): the same for every steps
+#: count up to 10^6, so one discretisation serves them all (:func:`account_steps`)
+TAIL_STEPS = 10**6
+
+
+def _tail_for(total_steps: int) -> float:
+    return TAIL_TOTAL / max(int(total_steps), TAIL_STEPS)
 
 
 class PrecisionLimitError(ArithmeticError):
@@ -129,6 +138,80 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
                          discretisation=discretisation)
 
 
+def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: float | None = None,
+                  max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
+                  errors: str = "raise") -> list:
+    """Accountants for ``mechanism`` at several steps counts, sharing discretisations.
+
+    Returns one :class:`PLDAccountant` per entry of ``steps_list`` (same order).
+    Steps values that can share a grid are discretised once; each accountant then
+    composes on its own, and is identical to
+    ``account(mechanism, steps=k, interval=acc.interval, ...)`` (for k <= 10^6),
+    so every answer keeps its certificate.
+
+    Interval rule (``interval=None``): the steps values are taken from the largest
+    down; a group is led by its largest K, whose spacing is the one
+    ``account(mechanism, steps=K)`` would choose (rule of :func:`_rule_interval`
+    plus the probe refinements); a smaller K joins the group when the group's
+    spacing is at most the one the rule gives K itself (so it is never coarser
+    than K's own rule), otherwise it leads a new group.  Typical DP-SGD sweeps
+    (100..10,000 steps) need one group.  With an explicit ``interval`` all
+    steps share it.
+
+    ``errors="return"`` puts the exception in place of an accountant that cannot
+    be built (after retrying it alone when its group's discretisation failed),
+    so that one bad steps value does not lose the others.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise TypeError("account_steps: mechanism must be a single Mechanism")
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors: must be 'raise' or 'return', got {errors!r}")
+    ks = [V.steps(f"steps_list[{i}]", k) for i, k in enumerate(steps_list)]
+    if not ks:
+        raise ValueError("steps_list: empty")
+    _discretisation(discretisation)
+    kw = dict(max_bins=max_bins, discretisation=discretisation)
+    out: list = [None] * len(ks)
+    distinct = sorted(set(ks), reverse=True)
+    rule = {}
+    if interval is None:
+        try:
+            per_comp = [mechanism.branches()]
+            stats = _step_stats([(mechanism, 1)], per_comp)
+            rule = {k: _rule_interval(stats, [k])[0] for k in distinct}
+        except Exception:
+            if errors == "raise":
+                raise
+            rule = {}  # build each on its own below
+    built: dict[int, object] = {}
+    todo = list(distinct)
+    while todo:
+        lead = todo.pop(0)
+        try:
+            if interval is None and lead in rule:
+                acc = PLDAccountant([(mechanism, lead)], interval=None, _start=rule[lead], **kw)
+            else:
+                acc = PLDAccountant([(mechanism, lead)], interval=interval, **kw)
+        except Exception as e:
+            if errors == "raise":
+                raise
+            built[lead] = e
+            continue
+        built[lead] = acc
+        rest = []
+        for k in todo:
+            joins = _tail_for(k) == acc.tail and (interval is not None or k not in rule
+                                                  or acc.interval <= rule[k])
+            if joins and (interval is not None or k in rule):
+                built[k] = acc._for_steps(k)
+            else:
+                rest.append(k)
+        todo = rest
+    for i, k in enumerate(ks):
+        out[i] = built[k]
+    return out
+
+
 @dataclass
 class _BranchState:
     label: str
@@ -138,13 +221,73 @@ class _BranchState:
     cache: dict = field(default_factory=dict)
 
 
+# -- accuracy knob ------------------------------------------------------------------------
+def _step_stats(components, per_comp):
+    """Per branch label, per component: (mean, variance, support width, support edges) of
+    one step's loss (from a cheap connect-the-dots PLD at 4000 points)."""
+    out = []
+    n_labels = max(len(b) for b in per_comp)
+    for j in range(n_labels):
+        row = []
+        for (m, _k), bl in zip(components, per_comp):
+            prof = bl[min(j, len(bl) - 1)].upper
+            lo, hi = prof.eps_bounds(1e-12)
+            h0 = max((hi - lo) / 4000.0, 1e-9)
+            pld = connect_the_dots(prof, grid_for(prof, h0, 1e-12))
+            mu, v = pld.moments()
+            # an optimistic PLD cannot resolve mass between 0 and a support edge
+            # closer than h (e.g. ln(1-q) for Poisson remove): keep h below half of it
+            edges = [abs(e) for e in (lo, hi) if e != 0.0 and math.isfinite(e)]
+            row.append((mu, v, hi - lo, edges))
+        out.append(row)
+    return out
+
+
+def _rule_interval(stats, counts) -> tuple[float, float]:
+    """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge / 2) (and (eps_typ) of the binding branch).
+
+    Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
+    side: a few times that), so the width after K steps is about
+    0.75 K h^2; keeping it under 0.5% of a typical epsilon
+    eps_typ = mean + 3 sd of the composed loss, and resolving the composed
+    spread s_K by 50 points, gives this rule.  ``edge`` is the distance from 0 to
+    the nearest edge of a single-step loss support (|ln(1-q)| for Poisson
+    remove): a coarser grid leaves the optimistic PLD nothing to work with.
+    The accountant then refines h (at most twice) from a probe answer's width.
+    ``stats`` comes from :func:`_step_stats`; ``counts`` are the steps per component.
+    """
+    best, best_eps = math.inf, 1.0
+    for row in stats:
+        mean = var = 0.0
+        K = 0
+        widths = []
+        edges = []
+        for (mu, v, width, e), k in zip(row, counts):
+            mean += k * mu
+            var += k * v
+            K += k
+            if width > 0:
+                widths.append(width)
+            edges.extend(e)
+        s = math.sqrt(max(var, 1e-300))
+        eps_typ = max(mean + 3 * s, 1e-3)
+        if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
+            h = min(0.5 * min(edges, default=0.2), 0.1)
+        else:
+            h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
+                    0.5 * min(edges, default=math.inf))
+        if h < best:
+            best, best_eps = h, eps_typ
+    return float(max(best, 1e-6)), best_eps
+
+
 class PLDAccountant:
     """Certified PLD accounting for a fixed sequence of mechanisms (see :func:`account`)."""
 
     method = "pld"
 
     def __init__(self, components, interval=None, max_bins=DEFAULT_MAX_BINS,
-                 discretisation="connect_the_dots"):
+                 discretisation="connect_the_dots", *, _start=None):
         self.components = components
         self.discretisation = _discretisation(discretisation)
         self.max_bins = V.positive_int("max_bins", max_bins)
@@ -158,10 +301,13 @@ class PLDAccountant:
                 if b.label not in labels:
                     labels.append(b.label)
         self._labels = labels
-        self.tail = 1e-32 / self.total_steps
+        self.tail = _tail_for(self.total_steps)
         t0 = time.perf_counter()
         if interval is None:
-            h, eps_typ = self._default_interval(per_comp)
+            if _start is None:
+                h, _ = _rule_interval(_step_stats(self.components, per_comp), [k for _, k in components])
+            else:
+                h = float(_start)
             self._branches = self._discretise(labels, per_comp, h)
             # refine once from a probe answer: the width of eps intervals scales
             # like h^2 (like h for privacy buckets), so aim the probe's relative
@@ -226,50 +372,24 @@ class PLDAccountant:
             return 0.0
         return (up - lo) / max(abs(up), 0.1)
 
-    # -- accuracy knob ----------------------------------------------------
-    def _default_interval(self, per_comp) -> float:
-        """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge / 2).
-
-        Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
-        side: a few times that), so the width after K steps is about
-        0.75 K h^2; keeping it under 0.5% of a typical epsilon
-        eps_typ = mean + 3 sd of the composed loss, and resolving the composed
-        spread s_K by 50 points, gives this rule.  ``edge`` is the distance from 0 to
-        the nearest edge of a single-step loss support (|ln(1-q)| for Poisson
-        remove): a coarser grid leaves the optimistic PLD nothing to work with.
-        The caller then refines h (at most twice) from a probe answer's width.
-        """
-        best, best_eps = math.inf, 1.0
-        n_labels = max(len(b) for b in per_comp)
-        for j in range(n_labels):
-            mean = var = 0.0
-            K = 0
-            widths = []
-            edges = []
-            for (m, k), bl in zip(self.components, per_comp):
-                prof = bl[min(j, len(bl) - 1)].upper
-                lo, hi = prof.eps_bounds(1e-12)
-                h0 = max((hi - lo) / 4000.0, 1e-9)
-                pld = connect_the_dots(prof, grid_for(prof, h0, 1e-12))
-                mu, v = pld.moments()
-                mean += k * mu
-                var += k * v
-                K += k
-                if hi - lo > 0:
-                    widths.append(hi - lo)
-                # an optimistic PLD cannot resolve mass between 0 and a support edge
-                # closer than h (e.g. ln(1-q) for Poisson remove): keep h below half of it
-                edges.extend(abs(e) for e in (lo, hi) if e != 0.0 and math.isfinite(e))
-            s = math.sqrt(max(var, 1e-300))
-            eps_typ = max(mean + 3 * s, 1e-3)
-            if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
-                h = min(0.5 * min(edges, default=0.2), 0.1)
-            else:
-                h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
-                        0.5 * min(edges, default=math.inf))
-            if h < best:
-                best, best_eps = h, eps_typ
-        return float(max(best, 1e-6)), best_eps
+    def _for_steps(self, k: int) -> "PLDAccountant":
+        """The accountant of the same single mechanism at ``k`` steps, sharing this one's
+        discretisation (grid spacing and single-step PLDs; compositions are not shared).
+        Identical to ``account(mechanism, steps=k, interval=self.interval)`` when the
+        per-step tail agrees (``steps <= TAIL_STEPS``)."""
+        if len(self.components) != 1 or _tail_for(k) != self.tail:
+            raise ValueError("only a single mechanism with the same per-step tail can share a discretisation")
+        new = object.__new__(PLDAccountant)
+        new.components = [(self.components[0][0], int(k))]
+        new.discretisation = self.discretisation
+        new.max_bins = self.max_bins
+        new.total_steps = int(k)
+        new._labels = self._labels
+        new.tail = self.tail
+        new._branches = [_BranchState(st.label, st.uppers, st.lowers, [int(k)]) for st in self._branches]
+        new.interval = self.interval
+        new.setup_seconds = 0.0
+        return new
 
     # -- composition with caching -----------------------------------------
     def _compose(self, st: _BranchState, theta: float, eps_from=None) -> Composition:

@@ -156,21 +156,48 @@ def _monotone_chain(xs: np.ndarray, ys: np.ndarray):
     return np.array(hx), np.array(hy)
 
 
+def _above_far_chords(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Points above the chord joining a point on their left to one on their right: the
+    left neighbour to the last point, the first point to the right neighbour, and the
+    points 2, 8, 32, ... places away on both sides (none of them is a lower-hull vertex).
+    Removes in one pass long concave runs that neighbour passes peel one point at a time."""
+    n = xs.size
+    bad = np.zeros(n, dtype=bool)
+    if n < 3:
+        return bad
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sl = np.diff(ys) / np.diff(xs)  # slope (j-1, j) at sl[j-1]
+        # (j-1, j) steeper than (j, last)  /  (0, j) steeper than (j, j+1)
+        bad[1:-1] |= sl[:-1] > (ys[-1] - ys[1:-1]) / (xs[-1] - xs[1:-1])
+        bad[1:-1] |= (ys[1:-1] - ys[0]) / (xs[1:-1] - xs[0]) > sl[1:]
+        s = 2
+        while 2 * s < n:
+            mid = slice(s, n - s)
+            left = (ys[mid] - ys[: n - 2 * s]) / (xs[mid] - xs[: n - 2 * s])
+            right = (ys[2 * s :] - ys[mid]) / (xs[2 * s :] - xs[mid])
+            bad[mid] |= left > right
+            s *= 4
+    return bad
+
+
 def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np.ndarray:
     """Lower convex hull of points (px, py) (px strictly increasing), evaluated at x_eval.
 
     Points lying above the chord of their neighbours are removed in vectorised
     passes (each removed point is provably not a vertex of the lower hull) until
-    the remaining sequence is convex.
+    the remaining sequence is convex; when a pass removes few points, chords to
+    farther points (:func:`_above_far_chords`) are tested too.
     """
     xs, ys = px, py
-    for _ in range(64):
+    for it in range(100):
         slope = np.diff(ys) / np.diff(xs)
         # point j violates convexity if slope[j-1] > slope[j]
         bad = np.zeros(xs.size, dtype=bool)
         bad[1:-1] = slope[:-1] > slope[1:]
         if not bad.any():
             break
+        if it >= 2 and bad.sum() * 64 < xs.size:
+            bad |= _above_far_chords(xs, ys)  # few removals per pass: a long concave run
         xs, ys = xs[~bad], ys[~bad]
     else:
         xs, ys = _monotone_chain(xs, ys)

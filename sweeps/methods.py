@@ -186,7 +186,12 @@ def _opt_discretisation(fld, v):
           defaults={"interval": None, "max_bins": None},
           description="pldlib certified PLD accountant (lower, upper)")
 def pld_method(params, steps, deltas, options):
-    """One accountant per steps value, each answering all deltas in one call.
+    """One accountant per steps value, each answering all deltas in one call; the
+    steps values share their discretisation (:func:`pldlib.accountant.account_steps`:
+    each accountant equals ``pldlib.account(mech, steps=k, interval=h)`` at the
+    shared spacing ``h``; with ``interval`` unset, ``h`` is the automatic spacing
+    of the largest steps value, shared by the smaller ones whose own rule is not
+    finer).
 
     Options: ``interval`` (grid spacing; default automatic), ``max_bins``,
     ``discretisation`` (``connect_the_dots``, the default, or ``privacy_buckets``).
@@ -195,24 +200,36 @@ def pld_method(params, steps, deltas, options):
     ``PrecisionLimitError`` for the vectorised call is retried delta by delta
     so that the answerable deltas are kept.
     """
-    import pldlib
+    from pldlib.accountant import account_steps
 
     kw = {k: options[k] for k in ("interval", "max_bins", "discretisation") if options.get(k) is not None}
     mech = make_mechanism(params)
-    return _answer_per_steps(lambda k: pldlib.account(mech, steps=k, **kw), steps, deltas)
+    ks = [int(k) for k in steps]
+    return _answer_per_steps(None, steps, deltas,
+                             make_all=lambda: account_steps(mech, ks, errors="return", **kw))
 
 
-def _answer_per_steps(make_accountant, steps, deltas):
-    """(lower, upper, notes) arrays of shape (steps, deltas) from one accountant per steps value."""
+def _answer_per_steps(make_accountant, steps, deltas, make_all=None):
+    """(lower, upper, notes) arrays of shape (steps, deltas) from one accountant per steps value.
+
+    ``make_accountant(k)`` builds one; or ``make_all()`` returns them all at once, in
+    ``steps`` order, with an exception in place of one that could not be built.
+    """
     import pldlib
 
     deltas = np.asarray(deltas, dtype=float)
     lo = np.full((len(steps), deltas.size), np.nan)
     up = np.full((len(steps), deltas.size), np.nan)
     notes = []
+    built = make_all() if make_all is not None else None
     for i, k in enumerate(steps):
         try:
-            acc = make_accountant(int(k))
+            if built is None:
+                acc = make_accountant(int(k))
+            elif isinstance(built[i], BaseException):
+                raise built[i]
+            else:
+                acc = built[i]
         except Exception as e:
             if _transient(e) or (isinstance(e, (NotImplementedError, ValueError, TypeError)) and i == 0):
                 raise  # transient: let Dask retry; a bad mechanism: fail the whole block

@@ -1,0 +1,110 @@
+"""account_steps: one discretisation shared by several steps counts, and the sweep method on it.
+
+Every accountant it returns must be the accountant ``account(mech, steps=k,
+interval=h)`` at the shared spacing h (same answers, bit for bit), so it keeps
+that accountant's certificate; the shared spacing must never be coarser than
+what the interval rule gives a steps value on its own.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pldlib
+from pldlib.accountant import _rule_interval, _step_stats, account_steps
+from sweeps.methods import get_method
+
+DELTAS = np.array([1e-9, 1e-6, 1e-3])
+SGD = pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson")
+
+
+def _same(acc, direct):
+    a, b = acc.epsilon(DELTAS), direct.epsilon(DELTAS)
+    np.testing.assert_array_equal(a.lower, b.lower)
+    np.testing.assert_array_equal(a.upper, b.upper)
+    eps = np.array([0.1, 1.0])
+    a, b = acc.delta(eps), direct.delta(eps)
+    np.testing.assert_array_equal(a.lower, b.lower)
+    np.testing.assert_array_equal(a.upper, b.upper)
+
+
+@pytest.mark.parametrize("mech", [SGD, pldlib.Laplace(scale=3.0, q=0.1, sampling="poisson", relation="substitution"),
+                                  pldlib.Gaussian(sigma=2.0)], ids=["sgd", "laplace-sub", "gauss"])
+def test_explicit_interval_equals_direct_calls(mech):
+    steps = [300, 7, 300, 40]  # unsorted, with a repeat
+    accs = account_steps(mech, steps, interval=4e-3)
+    assert [a.total_steps for a in accs] == steps
+    for a, k in zip(accs, steps):
+        assert a.interval == 4e-3
+        _same(a, pldlib.account(mech, steps=k, interval=4e-3))
+    # the discretisation really is shared
+    assert accs[0]._branches[0].uppers[0] is accs[1]._branches[0].uppers[0]
+
+
+def test_default_interval_rule():
+    steps = [1, 10, 100, 1000, 10000]
+    accs = account_steps(SGD, steps)
+    stats = _step_stats([(SGD, 1)], [SGD.branches()])
+    for a, k in zip(accs, steps):
+        # never coarser than the steps value's own rule
+        assert a.interval <= _rule_interval(stats, [k])[0]
+        _same(a, pldlib.account(SGD, steps=k, interval=a.interval))
+    # the largest steps value gets exactly the spacing account() picks for it
+    assert accs[-1].interval == pldlib.account(SGD, steps=10000).interval
+    # a steps value whose own rule is coarser than the shared spacing joins the group
+    assert accs[2].interval == accs[-1].interval
+    # 1 step: a finer rule than the group's spacing, so it gets its own
+    assert accs[0].interval < accs[-1].interval
+
+
+def test_errors_are_isolated_or_raised():
+    # one step needs a ~30,000-point grid at its own spacing, 10,000 steps ~7,000
+    with pytest.raises(pldlib.GridTooLargeError):
+        pldlib.account(SGD, steps=1, max_bins=20_000)
+    accs = account_steps(SGD, [1, 10_000], max_bins=20_000, errors="return")
+    assert isinstance(accs[0], pldlib.GridTooLargeError)
+    assert isinstance(accs[1], pldlib.PLDAccountant)
+    with pytest.raises(pldlib.GridTooLargeError):
+        account_steps(SGD, [1, 10_000], max_bins=20_000)
+
+
+@pytest.mark.parametrize("bad,exc", [([], ValueError), ([10, 0], ValueError), ([2.5], (TypeError, ValueError))])
+def test_bad_steps_lists(bad, exc):
+    with pytest.raises(exc):
+        account_steps(SGD, bad)
+
+
+def test_rejects_sequences_and_bad_errors_mode():
+    with pytest.raises(TypeError):
+        account_steps([(SGD, 10)], [10])
+    with pytest.raises(ValueError, match="errors"):
+        account_steps(SGD, [10], errors="ignore")
+
+
+def test_sweep_method_cells_equal_direct_calls_at_the_shared_interval():
+    params = dict(mechanism="gaussian", sigma=1.0, q=0.01, sampling="poisson", relation="add_remove")
+    steps, deltas = [100, 1000, 3000], [1e-8, 1e-5]
+    method = get_method("pld")
+    lo, up, notes = method.fn(params, steps, deltas, method.validate_options("options.pld", {}))
+    assert notes == []
+    h = pldlib.account(SGD, steps=max(steps)).interval
+    for i, k in enumerate(steps):
+        r = pldlib.account(SGD, steps=k, interval=h).epsilon(deltas)
+        np.testing.assert_array_equal(lo[i], r.lower)
+        np.testing.assert_array_equal(up[i], r.upper)
+
+
+def test_sweep_method_isolates_a_failing_steps_value():
+    params = dict(mechanism="gaussian", sigma=3.0, q=0.1, sampling="poisson", relation="add_remove")
+    mech = pldlib.Gaussian(sigma=3.0, q=0.1, sampling="poisson")
+    method = get_method("pld")
+    opts = method.validate_options("options.pld", {"max_bins": 3200})
+    # one step at its own (finer) spacing needs ~3,240 grid points: refused on its own
+    with pytest.raises(pldlib.GridTooLargeError):
+        pldlib.account(mech, steps=1, max_bins=3200)
+    lo, up, notes = method.fn(params, [1, 100], [1e-5, 1e-3], opts)
+    assert np.isnan(up[0]).all() and np.isnan(lo[0]).all()
+    assert len(notes) == 1 and notes[0].startswith("steps=1: GridTooLargeError")
+    direct = pldlib.account(mech, steps=100, max_bins=3200).epsilon([1e-5, 1e-3])
+    np.testing.assert_array_equal(up[1], direct.upper)
+    np.testing.assert_array_equal(lo[1], direct.lower)

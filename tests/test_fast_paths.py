@@ -1,0 +1,79 @@
+"""Fast paths of the accountant against their plain reference computations.
+
+* the vectorised lower hull (discretize._lower_hull_values) against Andrew's
+  monotone chain on point sets built to defeat neighbour-only passes;
+* the windowed log-MGF of composition._Side (negligible blocks bounded, not
+  summed) against the full log-sum-exp: never below it, and equal to round-off.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+
+from pldlib import composition as C
+from pldlib.discretize import _lower_hull_values, _monotone_chain
+
+
+def _reference_hull(px, py, x):
+    hx, hy = _monotone_chain(px, py)
+    return np.interp(x, hx, hy)
+
+
+def _point_sets():
+    rng = np.random.default_rng(7)
+    n = 5000
+    x = np.cumsum(rng.uniform(0.1, 1.0, n))
+    yield "convex+noise", x, (x - x.mean()) ** 2 * 1e-3 + rng.normal(0, 1e-3, n)
+    # a long concave run ending in a drop at the last point (one point per neighbour pass)
+    y = 1e-3 * np.exp(-x / x[-1]) + 1e-4
+    y[-1] = 0.0
+    yield "concave tail", x, y
+    yield "concave head", x, np.concatenate([[0.0], 1.0 - (x[1:] / x[-1]) ** 2])
+    yield "sawtooth", x, np.where(np.arange(n) % 3 == 0, 0.0, 1.0) + 1e-6 * x
+    yield "random", x, rng.uniform(0, 1, n)
+    yield "staircase", x, np.repeat(np.linspace(1, 0, n // 50), 50)
+
+
+@pytest.mark.parametrize("name,px,py", list(_point_sets()), ids=[p[0] for p in _point_sets()])
+def test_lower_hull_matches_monotone_chain(name, px, py):
+    v = _lower_hull_values(px, py, px)
+    ref = _reference_hull(px, py, px)
+    np.testing.assert_allclose(v, ref, rtol=1e-12, atol=1e-12 * np.max(np.abs(py)))
+    # the hull lies under every point (to round-off) and is convex
+    assert np.all(v <= py + 1e-12 * np.max(np.abs(py)))
+    s = np.diff(v) / np.diff(px)
+    assert np.all(np.diff(s) >= -1e-9 * np.max(np.abs(s)))
+
+
+def _sides():
+    rng = np.random.default_rng(3)
+    h = 1e-3
+    e = np.arange(-2000, 30000) * h
+    # subsampled-Gaussian-like: a bulk near 0 and a long light right tail
+    m = np.exp(-0.5 * (e / 0.01) ** 2) + 1e-3 * np.exp(-0.5 * ((e - 1.0) / 3.0) ** 2) * np.exp(-e)
+    m[rng.uniform(size=m.size) < 0.05] = 0.0
+    yield C._Side(h, -2000, m / m.sum(), 100)
+    m2 = rng.uniform(size=5000) ** 8
+    yield C._Side(0.01, -100, m2 / m2.sum(), 3)
+    yield C._Side(0.01, -10, np.array([0.2, 0.0, 0.5, 0.3]), 7)  # below the block threshold
+
+
+@pytest.mark.parametrize("side", list(_sides()), ids=["long-tail", "random", "tiny"])
+def test_windowed_log_mgf_is_an_upper_bound_within_round_off(side):
+    theta = np.concatenate([-np.geomspace(1e-3, 3e3, 25), [0.0], np.geomspace(1e-3, 3e3, 25)])
+    got = side.log_mgf(theta)
+    if side.masses.size > 10_000:  # the window really skips blocks there
+        assert any(np.subtract(*side._windows(np.array([t]))[1::-1]) < side.masses.size // 2 for t in theta)
+    with np.errstate(divide="ignore"):
+        logm = np.log(side.masses)
+    ref = np.array([logsumexp(logm + t * side.eps) for t in theta])
+    assert np.all(got >= ref - 1e-12 * np.maximum(1.0, np.abs(ref)))
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    for t in [0.0, 2.0, 50.0, -5.0]:
+        w = np.exp(logm + t * side.eps - logsumexp(logm + t * side.eps))
+        mean = float(np.sum(w * side.eps))
+        var = float(np.sum(w * (side.eps - mean) ** 2))
+        m1, v1 = side.tilted_moments(t)
+        assert m1 == pytest.approx(mean, rel=1e-9, abs=1e-12)
+        assert v1 == pytest.approx(var, rel=1e-9, abs=1e-15)
