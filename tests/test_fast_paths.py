@@ -77,3 +77,26 @@ def test_windowed_log_mgf_is_an_upper_bound_within_round_off(side):
         m1, v1 = side.tilted_moments(t)
         assert m1 == pytest.approx(mean, rel=1e-9, abs=1e-12)
         assert v1 == pytest.approx(var, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("mech", ["gauss-poisson", "gauss-sub", "gauss-add"])
+@pytest.mark.parametrize("tail", [1e-12, 1e-38])
+def test_generic_eps_bounds_hold_and_are_tight(mech, tail):
+    """Unbounded losses (the generic search of PrivacyProfile.eps_bounds)."""
+    import pldlib
+
+    m = {"gauss-poisson": pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson"),
+         "gauss-sub": pldlib.Gaussian(sigma=2.0, q=0.1, sampling="poisson", relation="substitution"),
+         "gauss-add": pldlib.Gaussian(sigma=0.7, q=0.2, sampling="poisson", relation="add")}[mech]
+    for b in m.branches():
+        prof = b.upper
+        lo, hi = prof.eps_bounds(tail)
+        assert prof.eps_bounds(tail) == (lo, hi)  # cached
+        assert float(prof.cdf_p(lo)) <= tail
+        assert float(prof.sf_p(hi)) - prof.p_inf <= tail
+        # tight to 1e-6 (relative to max(1, |end|)), unless the end is the support's own edge
+        step = 1e-6
+        if float(prof.cdf_p(lo)) > 0:
+            assert float(prof.cdf_p(lo + step * max(1, abs(lo)))) > tail or lo >= 0
+        if float(prof.sf_p(hi)) - prof.p_inf > 0:
+            assert float(prof.sf_p(hi - step * max(1, abs(hi)))) - prof.p_inf > tail or hi <= 0
