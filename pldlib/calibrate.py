@@ -105,7 +105,8 @@ def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str
 
 def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, sampling: str = "poisson",
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
-              interval: float | None = None, table=None, max_evaluations: int = 60) -> CalibrationResult:
+              interval: float | None = None, table=None, max_evaluations: int = 60,
+              certify_lower: bool = True) -> CalibrationResult:
     """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
 
     Parameters
@@ -120,6 +121,10 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     sigma_guess : optional starting point (else a lookup table or the GDP estimate)
     interval : starting grid spacing of the PLD accountant (refined as needed)
     table : an opened lookup table (:mod:`pldlib.tables`) used as a seed when it covers the query
+    certify_lower : also certify that sigma / (1 + tol) does NOT meet the target (the
+        proof that the answer is within tol of the optimum; costs one or two more
+        evaluations).  With False the answer is still certified feasible, ``sigma_lower``
+        may be None, and the search stops once the upper curve's root is located to tol/8.
 
     Returns
     -------
@@ -200,41 +205,82 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
         s = r
         if abs(math.log(mid(iv) / epsilon)) < 0.05 * tol * abs(slope):
             break
-    # the width of an eps interval scales like h^2: pick h so that the interval at
-    # r (1 +- tol/2) is narrower than the eps change over that sigma step
+    # the width of an eps interval scales like h^2: pick h so that the interval is
+    # narrower than the eps change over a sigma step of tol/4 (then the roots of the
+    # upper and of the lower curve are within tol/4 of each other)
     slope_abs = abs(slope) if slope < -0.05 else 2.0
-    need = 0.25 * slope_abs * epsilon * tol  # eps gap at sigma * (1 +- tol/2), halved
+    need = 0.25 * slope_abs * epsilon * tol
     width_now = float(pts[-1][1].upper - pts[-1][1].lower)
     if width_now > need:
         h *= 0.9 * math.sqrt(need / width_now)
-    # Phase 2 -- certify: a feasible sigma just above the root and an infeasible one
-    # just below it (bisection while the bracket is wide; ambiguity sharpens h).
+    # Phase 2 -- certify at spacing h.  Secant steps on log(upper) aim just inside the
+    # feasible side (upper = target * (1 - tol*slope/8)); once a feasible sigma_hi is
+    # certified, sigma_hi / (1 + tol) is evaluated for the infeasibility certificate.
+    aim = math.log(epsilon) - 0.125 * tol * slope_abs
+    fine: list = []  # (log sigma, log upper) at spacing h
     r = s
     ambiguous = 0
+    amb_width = None
+    fallback = (hi_s, hi_iv)
+    if hi_s is not None and hi_s > r * (1 + 2 * tol):
+        hi_s = None  # certified but far above the located root: look near the root first
     while n_eval < max_evaluations:
-        if hi_s is not None and lo_s is not None and hi_s / lo_s <= 1.0 + tol:
+        if hi_s is not None and lo_s is not None and hi_s / lo_s <= 1.0 + tol * (1 + 1e-9):
             break
         if hi_s is None:
-            cand = r * (1 + 0.5 * tol) if lo_s is None else max(r, lo_s) * (1 + 0.5 * tol)
-        elif lo_s is None:
-            cand = hi_s / (1 + tol) * (1 + 1e-12)
-        elif hi_s / lo_s > 1 + 4 * tol:
-            cand = math.sqrt(hi_s * lo_s)
+            if len(fine) >= 2:  # secant on the fine upper curve
+                (x0, y0), (x1, y1) = fine[-2], fine[-1]
+                sl = (y1 - y0) / (x1 - x0) if x1 != x0 else -slope_abs
+                if not sl < -0.05:
+                    sl = -slope_abs
+                cand = math.exp(x1 + (aim - y1) / sl)
+            elif len(fine) == 1:
+                x1, y1 = fine[-1]
+                cand = math.exp(x1 + (aim - y1) / (-slope_abs))
+            else:
+                cand = r
+            if lo_s is not None:
+                cand = max(cand, lo_s * (1 + 0.25 * tol))
         else:
-            cand = hi_s / (1 + tol) * (1 + 1e-12)
+            if not certify_lower:
+                if fine and abs(fine[-1][1] - aim) <= 0.125 * tol * slope_abs:
+                    break  # close enough to the upper curve's root
+                x1, y1 = fine[-1] if fine else (math.log(hi_s), math.log(float(hi_iv.upper)))
+                cand = min(math.exp(x1 + (aim - y1) / (-slope_abs)), hi_s * (1 - 1e-12))
+                if cand >= hi_s * (1 - 0.25 * tol) or (lo_s is not None and cand <= lo_s):
+                    break
+            else:
+                cand = hi_s / (1 + tol) * (1 + 1e-12)
+                if fine and fine[-1][1] < aim - 0.25 * tol * slope_abs:
+                    # the last point is well inside the feasible side: jump (secant) instead of crawling
+                    x1, y1 = fine[-1]
+                    cand = min(cand, math.exp(x1 + (aim - y1) / (-slope_abs)))
+                if lo_s is not None and cand <= lo_s:
+                    cand = math.sqrt(lo_s * hi_s)
+                    if hi_s / lo_s <= 1.0 + tol:
+                        break
         v, _ = evaluate(cand, h)
         n_eval += 1
-        if float(v.upper) <= epsilon or float(v.lower) > epsilon:
+        up_v, lo_v = float(v.upper), float(v.lower)
+        if math.isfinite(up_v) and up_v > 0:
+            fine.append((math.log(cand), math.log(up_v)))
+        if up_v <= epsilon or lo_v > epsilon:
             record(cand, v)
-            if hi_s is None and float(v.lower) > epsilon:
-                r = cand * (1 + tol)  # the root is above: move up
-            elif lo_s is None and float(v.upper) <= epsilon:
-                r = cand
-        else:
+        elif hi_s is not None:  # ambiguous at sigma_hi / (1 + tol)
             ambiguous += 1
-            h *= 0.7  # the target lies inside the interval: sharpen (width ~ h^2)
-            if ambiguous > 8:
-                break
+            width = up_v - lo_v
+            if (amb_width is not None and width > 0.7 * amb_width) or ambiguous > 3:
+                # the width does not shrink with h (e.g. WOR substitution, whose lower
+                # bound is structurally loose): give up the infeasibility certificate and
+                # locate the upper curve's root instead; sigma stays certified
+                certify_lower = False
+                fine = [(math.log(cand), math.log(up_v))]
+            else:  # sharpen (width ~ h^2)
+                amb_width = width
+                h *= 0.7
+                fine.clear()
+    if hi_s is None and fallback[0] is not None:
+        hi_s, hi_iv = fallback
     if hi_s is None:
         raise CalibrationError("calibration did not find a certified sigma within the evaluation budget "
                                f"({n_eval} PLD evaluations)")

@@ -45,3 +45,31 @@ def test_opacus_style_helper():
 def test_bad_queries(kwargs, name):
     with pytest.raises(ValueError, match=name):
         calibrate(**kwargs)
+
+
+def _bisect_to_convergence(eps, delta, q, steps, sampling, relation, h, lo, hi, iters=14):
+    """Plain bisection on 'certified upper <= target' at a fixed grid spacing h."""
+    samp = "none" if q == 1.0 else sampling
+    ok = lambda s: pldlib.account(pldlib.Gaussian(sigma=s, q=q, sampling=samp, relation=relation),
+                                  steps=steps, interval=h).epsilon(delta).upper <= eps
+    assert ok(hi) and not ok(lo)
+    for _ in range(iters):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("eps,delta,q,steps,sampling,relation", [
+    (3.0, 1e-5, 0.02, 500, "poisson", "add_remove"),
+    (2.0, 1e-6, 0.05, 100, "poisson", "substitution"),
+    (4.0, 1e-5, 0.05, 200, "wor", "add_remove"),
+    (4.0, 1e-5, 0.02, 100, "wor", "substitution"),
+])
+def test_calibrated_sigma_matches_bisection_to_convergence(eps, delta, q, steps, sampling, relation):
+    tol = 2e-3
+    r = calibrate(eps, delta, q, steps, sampling=sampling, relation=relation, tol=tol)
+    h = r.interval
+    s_b = _bisect_to_convergence(eps, delta, q, steps, sampling, relation, h, r.sigma / 1.2, r.sigma * 1.05)
+    # the calibrated sigma is certified at h, so it cannot be below the bisection root at h
+    assert r.sigma >= s_b * (1 - 1e-4)
+    assert r.sigma <= s_b * (1 + tol)
