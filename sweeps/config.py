@@ -10,6 +10,14 @@ The *fingerprint* (sha256 of the canonical JSON of everything that decides
 the results: mechanism, methods, expanded grid, method options) identifies
 the sweep a store was made from; ``name`` and ``store`` are not part of it,
 nor is the test-only ``sleep`` option (it changes timing, not results).
+
+A config may carry a ``quick:`` section (keys ``grid``, ``methods``,
+``options``, ``store``, ``description``) for a small variant of the same
+campaign: ``load_config(path, quick=True)`` (``sweeps run CONFIG --quick``)
+replaces the given grid axes, the methods list and per-method options, names
+the sweep ``<name>-quick`` and stores it in ``quick.store`` (default: the
+store path with ``_quick`` before ``.zarr``).  The quick variant is validated
+whenever the config is loaded, so a broken one is caught early.
 """
 from __future__ import annotations
 
@@ -37,7 +45,9 @@ MECHANISMS = {"gaussian": "noise multiplier sigma", "laplace": "noise scale b"}
 SAMPLINGS = ("none", "poisson", "wor")
 RELATIONS = ("add", "remove", "add_remove", "substitution")
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
-            "sampling", "relation")
+            "sampling", "relation", "quick")
+#: what a ``quick:`` section may override (``sweeps run CONFIG --quick``)
+QUICK_KEYS = ("grid", "methods", "options", "store", "description")
 GENERATORS = ("geomspace", "linspace")
 #: options that change only timing and are left out of the fingerprint
 FINGERPRINT_EXCLUDED_OPTIONS = ("sleep",)
@@ -251,15 +261,76 @@ def _options(methods: tuple[str, ...], spec) -> dict:
     return out
 
 
-def parse_config(data: Any, source: str | None = None) -> SweepConfig:
-    """Validate already-loaded YAML data (a mapping) into a :class:`SweepConfig`."""
+def _quick_variant(data: dict) -> dict:
+    """``data`` with its ``quick:`` overrides applied (errors name ``quick.<field>``)."""
+    q = data.get("quick")
+    if not isinstance(q, dict) or not q:
+        raise ConfigError("quick", "must be a non-empty mapping (keys: " + ", ".join(QUICK_KEYS) + ")")
+    for k in q:
+        if k not in QUICK_KEYS:
+            raise ConfigError(f"quick.{k}", f"unknown key (known: {', '.join(QUICK_KEYS)})")
+    out = {k: v for k, v in data.items() if k != "quick"}
+    if "grid" in q:
+        if not isinstance(q["grid"], dict):
+            raise ConfigError("quick.grid", "must be a mapping axis -> values")
+        for k in q["grid"]:
+            if k not in AXES:
+                raise ConfigError(f"quick.grid.{k}", f"unknown axis (known: {', '.join(AXES)})")
+        grid = dict(out.get("grid") or {})
+        for k, v in q["grid"].items():
+            if k in ("sampling", "relation") and k in out:
+                out[k] = v
+            else:
+                grid[k] = v
+        out["grid"] = grid
+    if "methods" in q:
+        out["methods"] = q["methods"]
+    if "options" in q:
+        if not isinstance(q["options"], dict):
+            raise ConfigError("quick.options", "must be a mapping method -> {option: value}")
+        opts = {m: dict(v or {}) for m, v in (out.get("options") or {}).items()}
+        for m, v in q["options"].items():
+            if not isinstance(v, dict):
+                raise ConfigError(f"quick.options.{m}", f"must be a mapping option -> value, got {v!r}")
+            opts.setdefault(m, {}).update(v)
+        out["options"] = opts
+    if "description" in q:
+        out["description"] = q["description"]
+    name = out.get("name")
+    if isinstance(name, str) and name.strip():
+        out["name"] = f"{name.strip()}-quick"
+    if "store" in q:
+        out["store"] = q["store"]
+    elif isinstance(data.get("store"), str):
+        st = data["store"].rstrip("/")
+        out["store"] = st[:-5] + "_quick.zarr" if st.endswith(".zarr") else st + "_quick"
+    methods = out.get("methods")
+    if isinstance(methods, list) and isinstance(out.get("options"), dict):
+        # options of methods the quick variant leaves out are dropped, not an error
+        out["options"] = {m: v for m, v in out["options"].items() if m in methods}
+    return out
+
+
+def parse_config(data: Any, source: str | None = None, quick: bool = False) -> SweepConfig:
+    """Validate already-loaded YAML data (a mapping) into a :class:`SweepConfig`.
+
+    ``quick``: apply the config's ``quick:`` section (see the module doc).
+    """
     from .methods import method_names
+    from .peers import check_available
 
     if not isinstance(data, dict):
         raise ConfigError("config", f"must be a mapping of keys (name, grid, ...), got {type(data).__name__}")
     for k in data:
         if k not in TOP_KEYS:
             raise ConfigError(str(k), f"unknown key (known: {', '.join(TOP_KEYS)})")
+    if quick and "quick" not in data:
+        raise ConfigError("quick", "--quick given but the config has no quick: section")
+    if quick:
+        variant = _quick_variant(data)
+        if not data.get("name") and source:
+            variant["name"] = f"{Path(source).stem}-quick"
+        return parse_config(variant, source=source)
     stem = Path(source).stem if source else "sweep"
     name = data.get("name", stem)
     if not isinstance(name, str) or not name.strip():
@@ -282,8 +353,9 @@ def parse_config(data: Any, source: str | None = None) -> SweepConfig:
         raise ConfigError("methods", "must be a non-empty list of method names")
     known = method_names()
     for i, m in enumerate(methods):
-        if m not in known:
+        if not isinstance(m, str) or m not in known:
             raise ConfigError(f"methods[{i}]", f"unknown method {m!r} (available: {', '.join(known)})")
+        check_available(f"methods[{i}]", m)
     if len(set(methods)) != len(methods):
         raise ConfigError("methods", f"duplicate method in {methods}")
     methods = tuple(methods)
@@ -318,12 +390,19 @@ def parse_config(data: Any, source: str | None = None) -> SweepConfig:
             raise ConfigError("grid.sampling", f"'none' needs q = 1 but grid.q has {small[0]!r}; use "
                                                "poisson or wor for q < 1 (with q = 1 they equal 'none')")
     options = _options(methods, data.get("options"))
+    if "quick" in data:  # the quick variant must be valid too (errors name quick.<field>)
+        try:
+            parse_config(_quick_variant(data), source=source)
+        except ConfigError as e:
+            if e.field.startswith("quick"):
+                raise
+            raise ConfigError(f"quick.{e.field}", e.problem) from None
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, **axes)
 
 
-def load_config(path: str | os.PathLike) -> SweepConfig:
-    """Read and validate a YAML config file."""
+def load_config(path: str | os.PathLike, quick: bool = False) -> SweepConfig:
+    """Read and validate a YAML config file (``quick``: its ``quick:`` variant)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -336,7 +415,7 @@ def load_config(path: str | os.PathLike) -> SweepConfig:
         where = getattr(e, "problem_mark", None)
         at = f" (line {where.line + 1})" if where is not None else ""
         raise ConfigError("config", f"{str(p)!r} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
-    return parse_config(data, source=str(p))
+    return parse_config(data, source=str(p), quick=quick)
 
 
 def check_store_writable(store: str) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .config import SweepConfig, check_store_writable, load_config
 from .plan import DIMS, make_plan
-from .store import (STATUS_OK, BlockWriter, block_states, check_store, now_iso, prepare_store,
+from .store import (STATUS_DONE, STATUS_OK, BlockWriter, block_states, check_store, now_iso, prepare_store,
                     read_attrs, read_status, update_attrs)
 
 __all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress"]
@@ -206,7 +206,7 @@ def _submit_and_write(client, where, plan, todo, status, report, *, retries, say
 
     import pldlib
 
-    from .methods import run_block
+    from .peers import run_block  # sweeps.methods.run_block + estimates and unsupported cells
 
     path = plan.config.store
     attrs = read_attrs(path)
@@ -259,7 +259,7 @@ def _submit_and_write(client, where, plan, todo, status, report, *, retries, say
                 reg = plan.region(b)
                 keep = (status[tuple(reg[d] for d in DIMS)] == STATUS_OK).reshape(S, D)
             cells = writer.write(b, result, report.run, keep_ok=keep)
-            bad = bool((cells != STATUS_OK).any())
+            bad = bool((~np.isin(cells, STATUS_DONE)).any())  # unsupported cells are final answers
             report.failed += bad
             report.ok += not bad
             bar.update(failed=bad)

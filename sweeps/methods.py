@@ -345,3 +345,6 @@ def run_block(spec: dict) -> dict:
     out.update(eps_lower=lo, eps_upper=up, failed=failed, error=error[:ERROR_TEXT_MAX],
                seconds=time.perf_counter() - t0, finished_at=time.time())
     return out
+
+
+from . import peers as _peers  # noqa: E402,F401  (registers dp_accounting, prv_accountant, clt; spa estimates)

@@ -5,7 +5,10 @@ Layout (an xarray Dataset, zarr format 3, consolidated metadata):
 * cell variables, dims ``(sigma, q, steps, delta, sampling, relation, method)``:
   ``eps_lower``, ``eps_upper`` (float64, NaN where not computed),
   ``seconds`` (float64: compute time of the cell's block / cells per block),
-  ``status`` (int8: 0 missing, 1 ok, 2 failed);
+  ``eps_estimate`` (float64: a method's central *estimate*, never a bound;
+  NaN where the method gives none -- e.g. ``clt``, whose bounds are NaN),
+  ``status`` (int8: 0 missing, 1 ok, 2 failed, 3 unsupported -- the method
+  does not handle this combination, e.g. WOR sampling in dp_accounting);
 * block variables, dims ``(sigma, q, sampling, relation, method)``:
   ``error`` (variable-length UTF-8 text, "" when none), ``run`` (int16, the
   run that wrote the block, 0 = never), ``finished_at`` (float64 unix time),
@@ -44,16 +47,20 @@ import numpy as np
 
 from .plan import BLOCK_DIMS, DIMS, Block, Plan
 
-__all__ = ["StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "STATUS_CODES",
+__all__ = ["StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "STATUS_UNSUPPORTED",
+           "STATUS_DONE", "STATUS_CODES",
            "CELL_VARS", "BLOCK_VARS", "read_attrs", "store_exists", "create_skeleton",
            "check_store", "prepare_store", "read_status", "block_states", "BlockWriter", "update_attrs",
            "open_dataset", "now_iso"]
 
-STATUS_MISSING, STATUS_OK, STATUS_FAILED = 0, 1, 2
-STATUS_CODES = "0 = missing (not computed yet), 1 = ok, 2 = failed (see the block's error)"
-CELL_VARS = ("eps_lower", "eps_upper", "seconds", "status")
+STATUS_MISSING, STATUS_OK, STATUS_FAILED, STATUS_UNSUPPORTED = 0, 1, 2, 3
+#: final states: a resumed run never recomputes these
+STATUS_DONE = (STATUS_OK, STATUS_UNSUPPORTED)
+STATUS_CODES = ("0 = missing (not computed yet), 1 = ok, 2 = failed (see the block's error), "
+                "3 = unsupported (the method does not handle this combination; see the block's error)")
+CELL_VARS = ("eps_lower", "eps_upper", "eps_estimate", "seconds", "status")
 BLOCK_VARS = ("error", "run", "finished_at", "host")
-STORE_FORMAT = 1
+STORE_FORMAT = 2  # 2: eps_estimate and status 3 (unsupported)
 STR = np.dtypes.StringDType()
 
 
@@ -142,12 +149,14 @@ def _template(plan: Plan, attrs: dict):
                       {"long_name": "certified lower bound on epsilon(delta)"}),
         "eps_upper": (DIMS, da.full(shape, np.nan, chunks=chunks, dtype=np.float64),
                       {"long_name": "certified upper bound on epsilon(delta)"}),
+        "eps_estimate": (DIMS, da.full(shape, np.nan, chunks=chunks, dtype=np.float64),
+                         {"long_name": "central estimate of epsilon(delta) -- NOT a bound (NaN if none)"}),
         "seconds": (DIMS, da.full(shape, np.nan, chunks=chunks, dtype=np.float64),
                     {"long_name": "compute time of the cell's block / cells per block",
                      "unit": "s"}),
         "status": (DIMS, da.zeros(shape, chunks=chunks, dtype=np.int8),
-                   {"long_name": "cell status", "flag_values": [0, 1, 2],
-                    "flag_meanings": "missing ok failed", "codes": STATUS_CODES}),
+                   {"long_name": "cell status", "flag_values": [0, 1, 2, 3],
+                    "flag_meanings": "missing ok failed unsupported", "codes": STATUS_CODES}),
         "error": (BLOCK_DIMS, da.full(bshape, "", chunks=bchunks, dtype=STR),
                   {"long_name": "error text of the block ('' if none)"}),
         "run": (BLOCK_DIMS, da.zeros(bshape, chunks=bchunks, dtype=np.int16),
@@ -276,12 +285,13 @@ def read_status(path: str) -> np.ndarray:
 
 
 def block_states(plan: Plan, status: np.ndarray) -> np.ndarray:
-    """Per block (in plan order): 0 missing (no cell written), 1 done (all ok), 2 failed/partial."""
+    """Per block (in plan order): 0 missing (no cell written), 1 done (every cell ok or
+    unsupported: final answers), 2 failed/partial."""
     out = np.zeros(len(plan.blocks), dtype=np.int8)
     for b in plan.blocks:
         reg = plan.region(b)
         s = status[tuple(reg[d] for d in DIMS)]
-        if (s == STATUS_OK).all():
+        if np.isin(s, STATUS_DONE).all():
             out[b.number] = STATUS_OK
         elif (s == STATUS_MISSING).all():
             out[b.number] = STATUS_MISSING
@@ -326,8 +336,10 @@ class BlockWriter:
 
         ``keep_ok``: boolean (steps, delta) mask of cells already ok in the
         store; where the new result failed them, the old values are kept
-        (a retry never writes a worse result over a good one).  Returns the
-        written cell status (steps, delta).
+        (a retry never writes a worse result over a good one).  Optional
+        result keys: ``eps_estimate`` (steps, delta) and ``unsupported`` (a
+        boolean mask of failed cells that are status 3, not 2; see
+        :mod:`sweeps.peers`).  Returns the written cell status (steps, delta).
         """
         import xarray as xr
 
@@ -336,19 +348,27 @@ class BlockWriter:
         lo = np.asarray(result["eps_lower"], dtype=np.float64).reshape(S, D)
         up = np.asarray(result["eps_upper"], dtype=np.float64).reshape(S, D)
         failed = np.asarray(result["failed"], dtype=bool).reshape(S, D)
+        est = result.get("eps_estimate")
+        est = np.full((S, D), np.nan) if est is None else np.asarray(est, dtype=np.float64).reshape(S, D)
+        unsupported = result.get("unsupported")
+        unsupported = (np.zeros((S, D), bool) if unsupported is None
+                       else np.asarray(unsupported, dtype=bool).reshape(S, D) & failed)
+        est = np.where(failed, np.nan, est)
         secs = np.full((S, D), np.nan)
         if result.get("seconds") is not None:
             secs[:] = float(result["seconds"]) / plan.cells_per_block
-        status = np.where(failed, STATUS_FAILED, STATUS_OK).astype(np.int8)
+        status = np.where(failed, np.where(unsupported, STATUS_UNSUPPORTED, STATUS_FAILED),
+                          STATUS_OK).astype(np.int8)
         region = plan.region(block)
         bregion = plan.region(block, BLOCK_DIMS)
         if keep_ok is not None and (keep_ok & failed).any():
             with _quiet():
-                old = xr.open_zarr(self.path, chunks=None)[["eps_lower", "eps_upper", "seconds"]]
+                old = xr.open_zarr(self.path, chunks=None)[["eps_lower", "eps_upper", "eps_estimate", "seconds"]]
                 old = old.isel(region).load()
             keep = keep_ok & failed
             lo = np.where(keep, _cells(old["eps_lower"].values), lo)
             up = np.where(keep, _cells(old["eps_upper"].values), up)
+            est = np.where(keep, _cells(old["eps_estimate"].values), est)
             secs = np.where(keep, _cells(old["seconds"].values), secs)
             status = np.where(keep, STATUS_OK, status).astype(np.int8)
 
@@ -359,7 +379,7 @@ class BlockWriter:
             return xr.Variable(BLOCK_DIMS, np.full((1,) * len(BLOCK_DIMS), value, dtype=dtype))
 
         data = xr.Dataset({
-            "eps_lower": cell(lo), "eps_upper": cell(up), "seconds": cell(secs),
+            "eps_lower": cell(lo), "eps_upper": cell(up), "eps_estimate": cell(est), "seconds": cell(secs),
             "error": blk(result.get("error", ""), STR),
             "finished_at": blk(result.get("finished_at", time.time()), np.float64),
             "host": blk(result.get("host", ""), STR),
