@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	@$(PY) -m benchmarks.run
+	@$(PY) -m benchmarks.calibration
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
