@@ -1,4 +1,4 @@
-"""``sweeps`` command line: run / status / show / plot / demo.
+"""``sweeps`` command line: run / status / show / plot / report / demo.
 
 Exit status: 0 success; 1 a run ended with failed (or lost) blocks; 2 bad
 input (one stderr line naming the problem; nothing written); 130 interrupted.
@@ -33,6 +33,8 @@ def _build() -> argparse.ArgumentParser:
     r.add_argument("--retries", type=int, default=2, metavar="N",
                    help="Dask retries of a block after a transient error (default 2)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--quick", action="store_true",
+                   help="run the config's quick: variant (smaller grid, its own store)")
 
     s = sub.add_parser("status", help="done / failed / missing counts of a store")
     s.add_argument("store")
@@ -46,6 +48,14 @@ def _build() -> argparse.ArgumentParser:
     pl.add_argument("store")
     pl.add_argument("--sel", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     pl.add_argument("--out", metavar="PATH", help="PNG path (default results/<store name>.png)")
+
+    rp = sub.add_parser("report", help="campaign report: markdown + PNG plots (accuracy, widths, "
+                                       "seconds, failures, soundness)")
+    rp.add_argument("store")
+    rp.add_argument("--out", metavar="DIR",
+                    help="output folder (default results/campaigns/<store name>); REPORT.md and PNGs go there")
+    rp.add_argument("--command", metavar="TEXT", default=None,
+                    help="the command that reproduced the store, quoted in the report")
 
     d = sub.add_parser("demo", help="run configs/demo.yaml into results/demo.zarr and summarise it")
     d.add_argument("--workers", type=int, metavar="N")
@@ -71,9 +81,11 @@ def main(argv=None) -> int:
                 return _bad("--workers: must be >= 1")
             if args.retries < 0:
                 return _bad("--retries: must be >= 0")
+            from .config import load_config
             from .execute import run_sweep
 
-            rep = run_sweep(args.config, store=args.store, scheduler=args.scheduler,
+            cfg = load_config(args.config, quick=args.quick)
+            rep = run_sweep(cfg, store=args.store, scheduler=args.scheduler,
                             workers=args.workers, restart=args.restart, retries=args.retries,
                             progress=not args.no_progress)
             if rep.submitted:
@@ -97,6 +109,12 @@ def main(argv=None) -> int:
             from .report import parse_sel, plot_store
 
             out = plot_store(args.store, parse_sel(args.sel), args.out)
+            print(f"wrote {out}")
+            return 0
+        if args.cmd == "report":
+            from .campaign import write_report
+
+            out = write_report(args.store, args.out, command=args.command)
             print(f"wrote {out}")
             return 0
         if args.cmd == "demo":

@@ -6,6 +6,15 @@ are plain tuples (generators such as ``{geomspace: [0.6, 4, 6]}`` expanded);
 every problem raises :class:`ConfigError` whose message starts with the
 offending field, e.g. ``grid.sigma[2]: must be > 0, got -1.0``.
 
+``report: {eps_targets: [...]}`` sets the target epsilons for which ``sweeps
+report`` inverts eps(sigma) (not part of the fingerprint).
+
+``variants`` names the same method twice with different options, e.g.
+``variants: {pld_buckets: pld}`` lets ``methods: [pld, pld_buckets]`` run
+``pld`` with ``options.pld`` and again with ``options.pld_buckets``; the
+options of a variant are those of its method, plus ``variant_of: <method>``
+(which the task reads; so it is part of the fingerprint).
+
 The *fingerprint* (sha256 of the canonical JSON of everything that decides
 the results: mechanism, methods, expanded grid, method options) identifies
 the sweep a store was made from; ``name`` and ``store`` are not part of it,
@@ -45,7 +54,7 @@ MECHANISMS = {"gaussian": "noise multiplier sigma", "laplace": "noise scale b"}
 SAMPLINGS = ("none", "poisson", "wor")
 RELATIONS = ("add", "remove", "add_remove", "substitution")
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
-            "sampling", "relation", "quick")
+            "sampling", "relation", "quick", "variants", "report")
 #: what a ``quick:`` section may override (``sweeps run CONFIG --quick``)
 QUICK_KEYS = ("grid", "methods", "options", "store", "description")
 GENERATORS = ("geomspace", "linspace")
@@ -80,6 +89,12 @@ class SweepConfig:
     options: dict = field(default_factory=dict)  # method -> {option: value}, defaults filled
     description: str = ""
     source: str | None = None  # the file it came from
+    variants: dict = field(default_factory=dict)  # alias -> registered method
+    report: dict = field(default_factory=dict)    # settings of `sweeps report` (not in the fingerprint)
+
+    def base_method(self, m: str) -> str:
+        """The registered method behind ``m`` (``m`` itself unless it is a variant)."""
+        return self.variants.get(m, m)
 
     def axis(self, name: str) -> tuple:
         return self.methods if name == "method" else getattr(self, name)
@@ -95,6 +110,8 @@ class SweepConfig:
             "methods": list(self.methods),
             "grid": {a: list(getattr(self, a)) for a in AXES},
             "options": {m: dict(self.options.get(m, {})) for m in self.methods},
+            **({"variants": dict(self.variants)} if self.variants else {}),
+            **({"report": dict(self.report)} if self.report else {}),
         }
 
     def fingerprint(self) -> str:
@@ -242,8 +259,10 @@ def _axis(fld: str, name: str, spec) -> tuple:
     return tuple(vals)
 
 
-def _options(methods: tuple[str, ...], spec) -> dict:
+def _options(methods: tuple[str, ...], spec, variants: dict | None = None) -> dict:
     from .methods import get_method
+
+    variants = variants or {}
 
     if spec is None:
         spec = {}
@@ -257,7 +276,11 @@ def _options(methods: tuple[str, ...], spec) -> dict:
         given = spec.get(m) or {}
         if not isinstance(given, dict):
             raise ConfigError(f"options.{m}", f"must be a mapping option -> value, got {given!r}")
-        out[m] = get_method(m).validate_options(f"options.{m}", given)
+        if "variant_of" in given:
+            raise ConfigError(f"options.{m}.variant_of", "is set from variants:, not given as an option")
+        out[m] = get_method(variants.get(m, m)).validate_options(f"options.{m}", given)
+        if m in variants:
+            out[m]["variant_of"] = variants[m]
     return out
 
 
@@ -346,16 +369,25 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(MECHANISMS)})")
     mechanism = mechanism.lower()
 
+    variants = data.get("variants") or {}
+    if not isinstance(variants, dict):
+        raise ConfigError("variants", f"must be a mapping name -> method, got {type(variants).__name__}")
+    for alias, base in variants.items():
+        if not isinstance(alias, str) or not alias.strip() or alias in method_names():
+            raise ConfigError(f"variants.{alias}", "must be a new name (not an existing method)")
+        if not isinstance(base, str) or base not in method_names():
+            raise ConfigError(f"variants.{alias}", f"unknown method {base!r} (available: "
+                                                   f"{', '.join(method_names())})")
     methods = data.get("methods", ["pld"])
     if isinstance(methods, str):
         methods = [methods]
     if not isinstance(methods, list) or not methods:
         raise ConfigError("methods", "must be a non-empty list of method names")
-    known = method_names()
+    known = method_names() + sorted(variants)
     for i, m in enumerate(methods):
         if not isinstance(m, str) or m not in known:
             raise ConfigError(f"methods[{i}]", f"unknown method {m!r} (available: {', '.join(known)})")
-        check_available(f"methods[{i}]", m)
+        check_available(f"methods[{i}]", variants.get(m, m))
     if len(set(methods)) != len(methods):
         raise ConfigError("methods", f"duplicate method in {methods}")
     methods = tuple(methods)
@@ -389,7 +421,19 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         if small:
             raise ConfigError("grid.sampling", f"'none' needs q = 1 but grid.q has {small[0]!r}; use "
                                                "poisson or wor for q < 1 (with q = 1 they equal 'none')")
-    options = _options(methods, data.get("options"))
+    report = data.get("report") or {}
+    if not isinstance(report, dict):
+        raise ConfigError("report", "must be a mapping (key: eps_targets)")
+    for k in report:
+        if k != "eps_targets":
+            raise ConfigError(f"report.{k}", "unknown key (known: eps_targets)")
+    if "eps_targets" in report:
+        t = report["eps_targets"]
+        if not isinstance(t, list) or not t:
+            raise ConfigError("report.eps_targets", "must be a non-empty list of epsilons > 0")
+        report = {"eps_targets": [_positive(f"report.eps_targets[{i}]", v) for i, v in enumerate(t)]}
+    options = _options(methods, data.get("options"), variants)
+    variants = {a: b for a, b in variants.items() if a in methods}
     if "quick" in data:  # the quick variant must be valid too (errors name quick.<field>)
         try:
             parse_config(_quick_variant(data), source=source)
@@ -398,7 +442,8 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
                 raise
             raise ConfigError(f"quick.{e.field}", e.problem) from None
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
-                       options=options, description=description, source=source, **axes)
+                       options=options, description=description, source=source, variants=variants,
+                       report=report, **axes)
 
 
 def load_config(path: str | os.PathLike, quick: bool = False) -> SweepConfig:

@@ -1,4 +1,4 @@
-"""Peer accountants as sweep methods, estimates, and unsupported cells.
+"""Peer accountants as sweep methods, estimates, variants and unsupported cells.
 
 Imported at the end of :mod:`sweeps.methods` (so every worker registers the
 same methods).  It adds:
@@ -49,7 +49,8 @@ A method signals "unsupported" by raising :class:`Unsupported` (a
 turns a block that failed with ``Unsupported`` or ``NotImplementedError``
 (e.g. ``rdp`` for Laplace) into status 3, keeping the reason as the block's
 error text.  Methods attach per-cell estimates with :func:`record` (read back
-by :func:`run_block`, same thread).  Infinite answers and peer exceptions are
+by :func:`run_block`, same thread).  A config *variant* (``variants:
+{alias: method}``) runs ``method`` with the alias's options.  Infinite answers and peer exceptions are
 per-cell failures with their text; they never stop the sweep.
 """
 from __future__ import annotations
@@ -108,6 +109,9 @@ def record(*, estimate=None, notes=None) -> None:
 
 def run_block(spec: dict) -> dict:
     """:func:`sweeps.methods.run_block` plus ``eps_estimate`` and ``unsupported`` (see module doc)."""
+    method = spec["options"].get("variant_of") or spec["params"]["method"]
+    if method != spec["params"]["method"]:  # a variant (config ``variants:``): run its method
+        spec = {**spec, "params": {**spec["params"], "method": method}}
     _local.box = box = {}
     try:
         out = _base_run_block(spec)
@@ -115,7 +119,6 @@ def run_block(spec: dict) -> dict:
         _local.box = None
     shape = (len(spec["steps"]), len(spec["deltas"]))
     failed = np.asarray(out["failed"], dtype=bool)
-    method = spec["params"]["method"]
     if failed.all() and out["error"].startswith(UNSUPPORTED_PREFIXES):
         out["unsupported"] = np.ones(shape, dtype=bool)
         return out

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from .plan import BLOCK_DIMS, DIMS
-from .store import STATUS_FAILED, STATUS_MISSING, STATUS_OK, StoreError, open_dataset
+from .store import (STATUS_DONE, STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, StoreError,
+                    open_dataset)
 
 __all__ = ["SelectionError", "parse_sel", "apply_sel", "status_summary", "status_text",
            "show_text", "summary_table", "plot_store", "fmt_interval"]
@@ -72,18 +73,19 @@ def status_summary(path: str) -> dict:
     st = ds["status"].transpose(*DIMS).values
     # block state: reduce over steps and delta
     b = st.reshape(st.shape[0], st.shape[1], -1, *st.shape[4:]) if st.size else st
-    allok = (b == STATUS_OK).all(axis=2)
+    allok = np.isin(b, STATUS_DONE).all(axis=2)  # ok or unsupported: final answers
     allmiss = (b == STATUS_MISSING).all(axis=2)
+    allunsup = (b == STATUS_UNSUPPORTED).all(axis=2)
     n_blocks = int(allok.size)
     done = int(allok.sum())
     missing = int(allmiss.sum())
     failed = n_blocks - done - missing
     errs = ds["error"].transpose(*BLOCK_DIMS).values
     run = ds["run"].transpose(*BLOCK_DIMS).values
-    errors = []
-    for idx in zip(*np.nonzero(~allok & ~allmiss)):
+    errors, unsupported = [], []
+    for idx in zip(*np.nonzero((~allok & ~allmiss) | allunsup)):
         label = " ".join(f"{d}={_fmt_coord(ds, d, i)}" for d, i in zip(BLOCK_DIMS, idx))
-        errors.append((label, str(errs[idx])))
+        (unsupported if allunsup[idx] else errors).append((label, str(errs[idx])))
     secs = ds["seconds"].values
     return {
         "store": path,
@@ -91,9 +93,11 @@ def status_summary(path: str) -> dict:
         "fingerprint": ds.attrs.get("sweeps_fingerprint", ""),
         "pldlib_version": ds.attrs.get("pldlib_version", ""),
         "shape": {d: int(ds.sizes[d]) for d in DIMS},
-        "blocks": {"done": done, "failed": failed, "missing": missing, "total": n_blocks},
+        "blocks": {"done": done, "failed": failed, "missing": missing, "unsupported": int(allunsup.sum()),
+                   "total": n_blocks},
         "cells": {"ok": int((st == STATUS_OK).sum()), "failed": int((st == STATUS_FAILED).sum()),
-                  "missing": int((st == STATUS_MISSING).sum()), "total": int(st.size)},
+                  "missing": int((st == STATUS_MISSING).sum()),
+                  "unsupported": int((st == STATUS_UNSUPPORTED).sum()), "total": int(st.size)},
         "compute_seconds": float(np.nansum(secs)),
         "runs": json.loads(ds.attrs.get("runs", "[]")),
         "created": ds.attrs.get("created", ""),
@@ -101,6 +105,7 @@ def status_summary(path: str) -> dict:
         "finished": ds.attrs.get("finished", ""),
         "complete": bool(ds.attrs.get("complete", False)),
         "errors": errors,
+        "unsupported": unsupported,
         "blocks_by_run": {int(r): int((run == r).sum()) for r in np.unique(run) if r > 0},
     }
 
@@ -117,8 +122,10 @@ def status_text(s: dict, max_errors: int = 10) -> str:
         f"store     {s['store']}",
         f"sweep     {s['name']} (fingerprint {s['fingerprint'][:12]}, pldlib {s['pldlib_version']})",
         f"grid      {shape} = {c['total']} cells in {b['total']} blocks",
-        f"blocks    done {b['done']}, failed {b['failed']}, missing {b['missing']}",
-        f"cells     ok {c['ok']}, failed {c['failed']}, missing {c['missing']}",
+        f"blocks    done {b['done']}, failed {b['failed']}, missing {b['missing']}"
+        + (f" (done includes {b['unsupported']} unsupported)" if b.get("unsupported") else ""),
+        f"cells     ok {c['ok']}, failed {c['failed']}, missing {c['missing']}"
+        + (f", unsupported {c['unsupported']}" if c.get("unsupported") else ""),
         f"compute   {s['compute_seconds']:.1f} s in total (sum of block compute times)",
     ]
     if s["runs"]:
@@ -128,6 +135,12 @@ def status_text(s: dict, max_errors: int = 10) -> str:
                      f"ok {last['ok']}, failed {last['failed']}")
     if s["finished"]:
         lines.append(f"finished  {s['finished']}" + ("" if s["complete"] else " (not complete)"))
+    if s.get("unsupported"):
+        lines.append(f"unsupported ({len(s['unsupported'])} blocks; status 3, not errors):")
+        for label, text in s["unsupported"][:max_errors]:
+            lines.append(f"  {label}: {text or '(no text)'}")
+        if len(s["unsupported"]) > max_errors:
+            lines.append(f"  ... and {len(s['unsupported']) - max_errors} more")
     if s["errors"]:
         lines.append(f"errors ({len(s['errors'])} blocks):")
         for label, text in s["errors"][:max_errors]:
@@ -146,10 +159,17 @@ def _round_sig(x: float, sig: int, up: bool) -> float:
     return (math.ceil if up else math.floor)(x / f) * f
 
 
-def fmt_interval(lo: float, up: float, status: int, sig: int = 5) -> str:
-    """``[lower, upper]`` rounded outwards to ``sig`` digits (still a valid enclosure)."""
+def fmt_interval(lo: float, up: float, status: int, sig: int = 5, est: float = math.nan) -> str:
+    """``[lower, upper]`` rounded outwards to ``sig`` digits (still a valid enclosure).
+
+    A cell with no bounds but an estimate (``clt``) reads ``~x (estimate)``.
+    """
     if status == STATUS_MISSING:
         return "-"
+    if status == STATUS_UNSUPPORTED:
+        return "unsupported"
+    if status == STATUS_OK and not np.isfinite(up) and np.isfinite(est):
+        return f"~{est:.{sig}g} (estimate)"
     if status == STATUS_FAILED or not np.isfinite(up):
         return "failed"
     lo_s = f"{_round_sig(lo, sig, up=False):.{sig}g}" if np.isfinite(lo) else "-inf"
@@ -191,8 +211,11 @@ def show_text(path: str, sel: dict | None = None, max_tables: int = 50) -> str:
         st = sub["status"].transpose("steps", "delta").values
         lo = sub["eps_lower"].transpose("steps", "delta").values
         up = sub["eps_upper"].transpose("steps", "delta").values
+        est = (sub["eps_estimate"].transpose("steps", "delta").values if "eps_estimate" in sub
+               else np.full(up.shape, np.nan))
         for i in range(ds.sizes["steps"]):
-            cells.append([fmt_interval(lo[i, j], up[i, j], st[i, j]) for j in range(ds.sizes["delta"])])
+            cells.append([fmt_interval(lo[i, j], up[i, j], st[i, j], est=est[i, j])
+                          for j in range(ds.sizes["delta"])])
         lines += _grid_table("steps", [str(s) for s in ds.indexes["steps"]], cols, cells)
         if err:
             lines.append(f"error: {err}")
@@ -217,7 +240,8 @@ def summary_table(path: str, delta: float | None = None) -> str:
         s = s.squeeze([d for d in ("sampling", "relation", "method") if d not in rows_dims])
         rows.append(" ".join(f"{d}={_fmt_coord(ds, d, i)}" for d, i in zip(rows_dims, combo)))
         st, lo, up = s["status"].values, s["eps_lower"].values, s["eps_upper"].values
-        cells.append([fmt_interval(lo[k], up[k], st[k], sig=4) for k in range(ds.sizes["steps"])])
+        est = s["eps_estimate"].values if "eps_estimate" in s else np.full(up.shape, np.nan)
+        cells.append([fmt_interval(lo[k], up[k], st[k], sig=4, est=est[k]) for k in range(ds.sizes["steps"])])
     cols = [f"steps={v}" for v in ds.indexes["steps"]]
     return "\n".join([head] + _grid_table("", rows, cols, cells)) + "\n"
 

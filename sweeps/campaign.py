@@ -1,0 +1,706 @@
+"""Campaign reports: ``sweeps report STORE [--out DIR]``.
+
+Reads a sweep store and writes ``REPORT.md`` (self-contained markdown),
+``summary.json`` (the same numbers, for tests and scripts) and PNG plots into
+one folder (default ``results/campaigns/<store name>/``).
+
+Definitions used throughout (all computed from the store, nothing else):
+
+* **Kinds of method.**  ``pld``, ``prv`` and ``spa`` (and their variants) give
+  *certified* intervals; ``rdp`` gives an upper bound only; ``clt`` gives an
+  estimate only (never a bound); ``dp_accounting`` and ``prv_accountant`` are
+  *peers*: their lower/upper values are what they claim, not certified here.
+* **Reference.**  Per cell, ``L`` = the largest certified lower bound and
+  ``U`` = the smallest certified upper bound over the certified methods in the
+  store, so the exact epsilon lies in ``[L, U]``.  Where ``(U - L) / M <=
+  1%`` (``M = (L + U) / 2``) the cell has a *tight reference* and a method's
+  ``(eps_upper - M) / M`` is reported, with the reference's own half-width
+  ``(U - L) / 2M`` as its uncertainty.
+* **Relative width** of an interval: ``(upper - lower) / upper``.
+* **Excess** of an upper bound: ``upper - L`` (how far above the exact value
+  it can be, at most).
+* **Estimate within 1%**: decided only where the reference decides it: the
+  estimate is within 1% when ``|est - t| / t <= 1%`` for every ``t`` in
+  ``[L, U]``, not within when it is above 1% for every such ``t``, else
+  "undecided".
+* **Soundness violation**: an upper bound of one method below a lower bound of
+  another in the same cell (both finite, both cells ok).  Violations against
+  a *certified* lower bound mean the upper bound is wrong.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from .plan import DIMS
+from .store import STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, StoreError, open_dataset
+
+__all__ = ["analyse", "write_report", "default_out_dir", "KINDS", "REF_RTOL", "EST_RTOL"]
+
+#: base method -> kind
+KINDS = {"pld": "certified", "prv": "certified", "spa": "certified", "rdp": "upper bound",
+         "clt": "estimate", "dp_accounting": "peer", "prv_accountant": "peer"}
+OURS = ("pld", "prv", "spa", "rdp", "clt")
+#: a reference is "tight" when its relative width is at most this
+REF_RTOL = 0.01
+#: the accuracy asked of estimates
+EST_RTOL = 0.01
+DEFAULT_TARGETS = (1.0, 2.0, 4.0, 8.0)
+
+
+def default_out_dir(store: str) -> str:
+    stem = Path(store.rstrip("/")).name
+    stem = stem[:-5] if stem.endswith(".zarr") else stem
+    return str(Path("results") / "campaigns" / stem)
+
+
+def _f(x, digits=4) -> str:
+    """A number for a table (n/a for NaN)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.3g}%"
+
+
+def _md_table(head, rows) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _q(a, p):
+    a = np.asarray(a, dtype=float)
+    a = a[np.isfinite(a)]
+    return float(np.quantile(a, p)) if a.size else math.nan
+
+
+# -- analysis -------------------------------------------------------------------------
+def _load(store: str):
+    ds = open_dataset(store)
+    if "sweeps_fingerprint" not in ds.attrs:
+        raise StoreError(f"{store!r} is not a sweeps store")
+    cfg = yaml.safe_load(ds.attrs.get("sweeps_config", "")) or {}
+    ds = ds.transpose(*DIMS, ...)
+    return ds, cfg
+
+
+def analyse(store: str) -> dict:
+    """Every number of the report, as plain data (also written to summary.json)."""
+    ds, cfg = _load(store)
+    methods = [str(m) for m in ds.indexes["method"]]
+    variants = cfg.get("variants") or {}
+    options = cfg.get("options") or {}
+    base = {m: variants.get(m, m) for m in methods}
+    kind = {m: KINDS.get(base[m], "other") for m in methods}
+    st = ds["status"].values
+    ok = st == STATUS_OK
+    lo = np.where(ok, ds["eps_lower"].values, np.nan)
+    up = np.where(ok, ds["eps_upper"].values, np.nan)
+    est = (np.where(ok, ds["eps_estimate"].values, np.nan) if "eps_estimate" in ds
+           else np.full(up.shape, np.nan))
+    secs = ds["seconds"].values
+    lo_f = np.where(np.isfinite(lo), lo, np.nan)
+    up_f = np.where(np.isfinite(up), up, np.nan)
+    cert = [i for i, m in enumerate(methods) if kind[m] == "certified"]
+    with np.errstate(all="ignore"), _nowarn():
+        L = np.nanmax(lo_f[..., cert], axis=-1) if cert else np.full(up.shape[:-1], np.nan)
+        U = np.nanmin(up_f[..., cert], axis=-1) if cert else np.full(up.shape[:-1], np.nan)
+        M = 0.5 * (L + U)
+        ref_ok = np.isfinite(L) & np.isfinite(U) & (L > 0) & (U >= L)
+        ref_w = np.where(ref_ok, (U - L) / M, np.nan)
+        tight = ref_ok & (ref_w <= REF_RTOL)
+    per = {}
+    for i, m in enumerate(methods):
+        s = st[..., i]
+        u, l_, e = up_f[..., i], lo_f[..., i], est[..., i]
+        with np.errstate(all="ignore"):
+            width = np.where(np.isfinite(u) & np.isfinite(l_) & (u > 0), (u - l_) / u, np.nan)
+            over = np.where(tight & np.isfinite(u), (u - M) / M, np.nan)
+            eerr = np.where(tight & np.isfinite(e), (e - M) / M, np.nan)
+            emax = np.maximum(np.abs(e - L) / L, np.abs(e - U) / U)
+            emin = np.where((e >= L) & (e <= U), 0.0, np.minimum(np.abs(e - L) / L, np.abs(e - U) / U))
+        has_e = ref_ok & np.isfinite(e)
+        within = has_e & (emax <= EST_RTOL)
+        outside = has_e & (emin > EST_RTOL)
+        blk_sec = secs[..., i]
+        done = s != STATUS_MISSING
+        per[m] = {
+            "method": base[m], "kind": kind[m], "ours": base[m] in OURS,
+            "options": {k: v for k, v in (options.get(m) or {}).items() if k != "variant_of" and v is not None},
+            "cells": int(s.size), "ok": int((s == STATUS_OK).sum()), "failed": int((s == STATUS_FAILED).sum()),
+            "unsupported": int((s == STATUS_UNSUPPORTED).sum()), "missing": int((s == STATUS_MISSING).sum()),
+            "upper_cells": int(np.isfinite(u).sum()),
+            "width_median": _q(width, 0.5), "width_max": _q(width, 1.0),
+            "width_cells": int(np.isfinite(width).sum()),
+            "overshoot_cells": int(np.isfinite(over).sum()),
+            "overshoot_median": _q(over, 0.5), "overshoot_p95": _q(over, 0.95),
+            "overshoot_max": _q(over, 1.0), "overshoot_min": _q(over, 0.0),
+            "estimate_cells": int(np.isfinite(e).sum()),
+            "estimate_abs_err_median": _q(np.abs(eerr), 0.5), "estimate_abs_err_max": _q(np.abs(eerr), 1.0),
+            "estimate_within": int(within.sum()), "estimate_outside": int(outside.sum()),
+            "estimate_undecided": int((has_e & ~within & ~outside).sum()),
+            "seconds_per_cell_median": _q(np.where(done & (s != STATUS_UNSUPPORTED), blk_sec, np.nan), 0.5),
+            "seconds_total": float(np.nansum(np.where(done, blk_sec, 0.0))),
+        }
+    res = {
+        "store": store, "name": ds.attrs.get("title", "").removeprefix("sweeps: "),
+        "fingerprint": ds.attrs.get("sweeps_fingerprint", ""), "pldlib_version": ds.attrs.get("pldlib_version", ""),
+        "machine": json.loads(ds.attrs.get("machine", "{}") or "{}"),
+        "runs": json.loads(ds.attrs.get("runs", "[]") or "[]"),
+        "started": ds.attrs.get("started", ""), "finished": ds.attrs.get("finished", ""),
+        "shape": {d: int(ds.sizes[d]) for d in DIMS}, "cells": int(st.size),
+        "coords": {d: [v.item() if hasattr(v, "item") else str(v) for v in ds.indexes[d]] for d in DIMS},
+        "methods": per,
+        "reference": {"certified_methods": [methods[i] for i in cert], "cells_with_reference": int(ref_ok.sum()),
+                      "cells_with_tight_reference": int(tight.sum()), "tight_rtol": REF_RTOL,
+                      "ref_halfwidth_median": _q(np.where(tight, ref_w / 2, np.nan), 0.5)},
+    }
+    res["violations"] = _violations(ds, methods, kind, base, lo_f, up_f)
+    res["estimates"] = _estimate_breakdown(ds, methods, kind, est, L, U, ref_ok)
+    res["tightness"] = _tightness(ds, methods, kind, lo_f, up_f, L, secs, st)
+    res["sampling"] = _sampling(ds, methods, kind, up_f, cfg)
+    arrays = {"L": L, "U": U, "M": M, "tight": tight, "lo": lo_f, "up": up_f, "est": est, "secs": secs,
+              "status": st}
+    return res, ds, arrays
+
+
+class _nowarn:
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *a):
+        self._w.__exit__(*a)
+
+
+def _cell_label(ds, idx) -> dict:
+    out = {}
+    for d, i in zip(DIMS[:-1], idx):
+        v = ds.indexes[d][i]
+        out[d] = v.item() if hasattr(v, "item") else str(v)
+    return out
+
+
+def _violations(ds, methods, kind, base, lo, up) -> dict:
+    """Every (upper method, lower method, cell) with upper < lower."""
+    rows, counts = [], {}
+    for a, ma in enumerate(methods):
+        if kind[ma] == "estimate":
+            continue
+        for b, mb in enumerate(methods):
+            if a == b or kind[mb] == "estimate":
+                continue
+            with np.errstate(invalid="ignore"):
+                bad = np.isfinite(up[..., a]) & np.isfinite(lo[..., b]) & (up[..., a] < lo[..., b])
+            n = int(bad.sum())
+            if not n:
+                continue
+            counts[f"{ma} upper < {mb} lower"] = {
+                "upper_method": ma, "lower_method": mb, "cells": n,
+                "lower_certified": kind[mb] == "certified", "upper_ours": base[ma] in OURS}
+            for idx in list(zip(*np.nonzero(bad)))[:20]:
+                u, l_ = float(up[idx + (a,)]), float(lo[idx + (b,)])
+                rows.append({"upper_method": ma, "lower_method": mb, "cell": _cell_label(ds, idx),
+                             "upper": u, "lower": l_, "rel_gap": (l_ - u) / l_})
+    ours_vs_cert = sum(c["cells"] for c in counts.values() if c["upper_ours"] and c["lower_certified"])
+    return {"counts": counts, "rows": rows, "ours_below_certified_lower": ours_vs_cert}
+
+
+def _estimate_breakdown(ds, methods, kind, est, L, U, ref_ok) -> dict:
+    """Per estimating method: within-1% counts by (q, sigma) and by steps."""
+    out = {}
+    for i, m in enumerate(methods):
+        e = est[..., i]
+        has = ref_ok & np.isfinite(e)
+        if not has.any():
+            continue
+        with np.errstate(all="ignore"):
+            emax = np.maximum(np.abs(e - L) / L, np.abs(e - U) / U)
+            emin = np.where((e >= L) & (e <= U), 0.0, np.minimum(np.abs(e - L) / L, np.abs(e - U) / U))
+        within = has & (emax <= EST_RTOL)
+        outside = has & (emin > EST_RTOL)
+        by = {}
+        for dim in ("steps", "q", "sigma", "delta", "sampling", "relation"):
+            ax = DIMS.index(dim)
+            other = tuple(k for k in range(within.ndim) if k != ax)
+            by[dim] = [{"value": _cell_label(ds, (0,) * ax + (j,))[dim],
+                        "within": int(within.sum(axis=other)[j]), "outside": int(outside.sum(axis=other)[j]),
+                        "cells": int(has.sum(axis=other)[j])} for j in range(within.shape[ax])]
+        worst = []
+        ee = np.where(outside, emin, -1.0)
+        for flat in np.argsort(ee, axis=None)[::-1][:10]:
+            idx = np.unravel_index(flat, ee.shape)
+            if ee[idx] < 0:
+                break
+            worst.append({"cell": _cell_label(ds, idx), "estimate": float(e[idx]), "L": float(L[idx]),
+                          "U": float(U[idx]), "rel_err_at_least": float(emin[idx])})
+        out[m] = {"within": int(within.sum()), "outside": int(outside.sum()),
+                  "undecided": int((has & ~within & ~outside).sum()), "cells": int(has.sum()), "by": by,
+                  "worst": worst}
+    return out
+
+
+def _tightness(ds, methods, kind, lo, up, L, secs, st) -> dict:
+    """Per relation: methods with an interval, on the cells where all of them have one."""
+    out = {}
+    rel_ax = DIMS.index("relation")
+    for r, rel in enumerate(ds.indexes["relation"]):
+        cols = [i for i, m in enumerate(methods)
+                if kind[m] in ("certified", "peer")
+                and (np.isfinite(np.take(up[..., i], r, axis=rel_ax)) &
+                     np.isfinite(np.take(lo[..., i], r, axis=rel_ax))).any()]
+        if len(cols) < 2:
+            continue
+        u = np.take(up, r, axis=rel_ax)[..., cols]
+        l_ = np.take(lo, r, axis=rel_ax)[..., cols]
+        Lr = np.take(L, r, axis=rel_ax)
+        common = np.all(np.isfinite(u) & np.isfinite(l_), axis=-1) & np.isfinite(Lr) & (Lr > 0)
+        if not common.any():
+            continue
+        rows = []
+        for k, i in enumerate(cols):
+            with np.errstate(all="ignore"):
+                width = (u[..., k] - l_[..., k]) / u[..., k]
+                excess = (u[..., k] - Lr) / Lr
+            sec = np.take(secs[..., i], r, axis=rel_ax)
+            rows.append({"method": methods[i], "kind": kind[methods[i]],
+                         "width_median": _q(np.where(common, width, np.nan), 0.5),
+                         "excess_median": _q(np.where(common, excess, np.nan), 0.5),
+                         "seconds_per_cell_median": _q(np.where(common, sec, np.nan), 0.5),
+                         "seconds_sum": float(np.nansum(np.where(common, sec, 0.0)))})
+        # ratio of excess (upper - L) between every pair, median over the common cells
+        ratios = {}
+        for a, ia in enumerate(cols):
+            for b, ib in enumerate(cols):
+                if a == b:
+                    continue
+                with np.errstate(all="ignore"):
+                    ea, eb = u[..., a] - Lr, u[..., b] - Lr
+                    rat = np.where(common & (ea > 0), eb / ea, np.nan)
+                ratios[f"{methods[ib]} / {methods[ia]}"] = _q(rat, 0.5)
+        out[str(rel)] = {"cells": int(common.sum()), "rows": rows, "excess_ratio_median": ratios}
+    return out
+
+
+def _sampling(ds, methods, kind, up, cfg) -> dict:
+    """Noise needed for a target epsilon, Poisson vs WOR (interpolated over the sigma grid)."""
+    samp = [str(s) for s in ds.indexes["sampling"]]
+    if not ("poisson" in samp and "wor" in samp) or ds.sizes["sigma"] < 2:
+        return {}
+    targets = [float(t) for t in ((cfg.get("report") or {}).get("eps_targets") or DEFAULT_TARGETS)]
+    sigmas = np.asarray(ds.indexes["sigma"], dtype=float)
+    mi = [i for i, m in enumerate(methods) if kind[m] == "certified"]
+    if not mi:
+        return {}
+    m = mi[0]
+    ip, iw = samp.index("poisson"), samp.index("wor")
+    rows = []
+    for qi, q in enumerate(ds.indexes["q"]):
+        for ki, k in enumerate(ds.indexes["steps"]):
+            for di, d in enumerate(ds.indexes["delta"]):
+                for ri, rel in enumerate(ds.indexes["relation"]):
+                    for t in targets:
+                        sp = _sigma_for(sigmas, up[:, qi, ki, di, ip, ri, m], t)
+                        sw = _sigma_for(sigmas, up[:, qi, ki, di, iw, ri, m], t)
+                        rows.append({"q": float(q), "steps": int(k), "delta": float(d), "relation": str(rel),
+                                     "target": t, "sigma_poisson": sp, "sigma_wor": sw,
+                                     "ratio": (sw / sp) if math.isfinite(sp) and math.isfinite(sw) else math.nan})
+    by_rel = {}
+    for rel in ds.indexes["relation"]:
+        r = [x["ratio"] for x in rows if x["relation"] == str(rel)]
+        by_rel[str(rel)] = {"median": _q(r, 0.5), "min": _q(r, 0.0), "max": _q(r, 1.0),
+                            "n": int(np.isfinite(np.asarray(r, float)).sum())}
+    return {"method": methods[m], "targets": targets, "rows": rows, "ratio_by_relation": by_rel}
+
+
+def _sigma_for(sigmas, ups, target) -> float:
+    """Smallest sigma whose certified upper eps is <= target, log-log interpolated on the grid.
+
+    NaN when the grid does not bracket it (the smallest grid sigma is already
+    enough, or the largest is not).  The grid point just above the returned
+    value is certified; the interpolated value itself is not.
+    """
+    ups = np.asarray(ups, dtype=float)
+    good = np.isfinite(ups) & (ups > 0)
+    s, u = sigmas[good], ups[good]
+    if s.size < 2:
+        return math.nan
+    order = np.argsort(s)
+    s, u = s[order], u[order]
+    ok = np.nonzero(u <= target)[0]
+    if not ok.size or ok[0] == 0:
+        return math.nan
+    j = ok[0]
+    x0, x1, y0, y1 = math.log(s[j - 1]), math.log(s[j]), math.log(u[j - 1]), math.log(u[j])
+    if y0 == y1:
+        return float(s[j])
+    x = x0 + (math.log(target) - y0) * (x1 - x0) / (y1 - y0)
+    return float(math.exp(min(max(x, x0), x1)))
+
+
+# -- plots -----------------------------------------------------------------------------
+def _plots(res, ds, A, out_dir: Path) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(res["methods"])
+    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
+    files = {}
+
+    # 1. eps vs steps (one delta, one sampling/relation: the one with the most finished cells)
+    st, up, lo, est = A["status"], A["up"], A["lo"], A["est"]
+    s_ax, r_ax = DIMS.index("sampling"), DIMS.index("relation")
+    best, best_n = (0, 0), -1
+    for si in range(ds.sizes["sampling"]):
+        for ri in range(ds.sizes["relation"]):
+            n = int((np.take(np.take(st, si, axis=s_ax), ri, axis=r_ax - 1) == STATUS_OK).sum())
+            if n > best_n:
+                best, best_n = (si, ri), n
+    si, ri = best
+    sig_idx = np.unique(np.linspace(0, ds.sizes["sigma"] - 1, min(4, ds.sizes["sigma"])).round().astype(int))
+    q_idx = np.unique(np.linspace(0, ds.sizes["q"] - 1, min(3, ds.sizes["q"])).round().astype(int))
+    steps = np.asarray(ds.indexes["steps"], dtype=float)
+    fig, axes = plt.subplots(len(q_idx), len(sig_idx),
+                             figsize=(max(8.0, 3.4 * len(sig_idx) + 0.8), 2.8 * len(q_idx) + 1.6),
+                             squeeze=False, sharex=True)
+    for a, qi in enumerate(q_idx):
+        for b, gi in enumerate(sig_idx):
+            ax = axes[a][b]
+            for mi, m in enumerate(methods):
+                sl = (gi, qi, slice(None), 0, si, ri, mi)
+                if np.isfinite(up[sl]).any():
+                    ax.plot(steps, up[sl], "-", marker=".", color=colors[m], label=m)
+                if np.isfinite(lo[sl]).any():
+                    ax.plot(steps, np.where(lo[sl] > 0, lo[sl], np.nan), "--", color=colors[m], lw=0.8)
+                if np.isfinite(est[sl]).any():
+                    ax.plot(steps, est[sl], ":", marker="x", ms=3, color=colors[m],
+                            label=f"{m} (estimate)" if not np.isfinite(up[sl]).any() else None)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.grid(True, alpha=0.3)
+            ax.set_title(f"sigma={ds.indexes['sigma'][gi]:.3g} q={ds.indexes['q'][qi]:.3g}", fontsize=8)
+            if a == len(q_idx) - 1:
+                ax.set_xlabel("steps")
+            if b == 0:
+                ax.set_ylabel("epsilon")
+    h, l_ = [], []
+    for row in axes:
+        for ax in row:
+            for hh, ll in zip(*ax.get_legend_handles_labels()):
+                if ll not in l_:
+                    h.append(hh)
+                    l_.append(ll)
+    fig.legend(h, l_, loc="lower center", ncol=min(len(l_), 5), fontsize=7, frameon=False)
+    fig.suptitle(f"eps(delta={ds.indexes['delta'][0]:.0e}) vs steps, sampling={ds.indexes['sampling'][si]}, "
+                 f"relation={ds.indexes['relation'][ri]}\nupper solid, lower dashed, estimate dotted", fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.6 / fig.get_figheight(),
+                        bottom=0.35 + 0.6 / fig.get_figheight(), wspace=0.3, hspace=0.35)
+    files["eps_vs_steps"] = _save(fig, out_dir / "eps_vs_steps.png")
+
+    # 2. accuracy / time trade-off: per block, median relative width (or overshoot) vs seconds per cell
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    cell_axes = (DIMS.index("steps"), DIMS.index("delta"))
+    for mi, m in enumerate(methods):
+        with np.errstate(all="ignore"), _nowarn():
+            width = np.where(np.isfinite(lo[..., mi]), (up[..., mi] - lo[..., mi]) / up[..., mi], np.nan)
+            over = np.where(A["tight"], (up[..., mi] - A["M"]) / A["M"], np.nan)
+            y = np.where(np.isfinite(width), width, over)
+            yb = np.nanmedian(y, axis=cell_axes)
+            xb = np.nanmedian(np.where(np.isfinite(y), A["secs"][..., mi], np.nan), axis=cell_axes)
+        keep = np.isfinite(xb) & np.isfinite(yb) & (yb > 0) & (xb > 0)
+        if keep.any():
+            ax.scatter(xb[keep], yb[keep], s=14, color=colors[m], label=m, alpha=0.75)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds per cell (block time / cells)")
+    ax.set_ylabel("relative width (upper-lower)/upper\n(rdp: overshoot vs reference)")
+    ax.set_title("accuracy / time trade-off, one point per block (median over its cells)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    files["tradeoff"] = _save(fig, out_dir / "tradeoff.png")
+
+    # 3. distribution of (upper - M)/M on cells with a tight reference
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    drawn = False
+    for mi, m in enumerate(methods):
+        with np.errstate(all="ignore"):
+            v = np.where(A["tight"], (up[..., mi] - A["M"]) / A["M"], np.nan)
+        v = np.sort(v[np.isfinite(v)])
+        if v.size:
+            ax.step(np.maximum(v, 1e-7), np.arange(1, v.size + 1) / v.size, where="post", color=colors[m], label=m)
+            drawn = True
+    ax.set_xscale("log")
+    ax.set_xlabel("(eps_upper - reference) / reference  (values <= 1e-7 drawn at 1e-7)")
+    ax.set_ylabel("fraction of cells")
+    ax.set_title("distribution of the upper bound's relative overshoot (cells with a tight reference)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    files["overshoot"] = _save(fig, out_dir / "overshoot.png")
+
+    # 4. WOR vs Poisson: sigma needed, if present
+    smp = res.get("sampling") or {}
+    if smp.get("rows"):
+        rels = sorted({r["relation"] for r in smp["rows"]})
+        fig, axes = plt.subplots(1, len(rels), figsize=(3.6 * len(rels) + 0.6, 3.6), squeeze=False)
+        for k, rel in enumerate(rels):
+            ax = axes[0][k]
+            rows = [r for r in smp["rows"] if r["relation"] == rel and math.isfinite(r["ratio"])]
+            if rows:
+                ax.scatter([r["sigma_poisson"] for r in rows], [r["sigma_wor"] for r in rows], s=12)
+                lim = [min(r["sigma_poisson"] for r in rows) * 0.9, max(r["sigma_wor"] for r in rows) * 1.1]
+                ax.plot(lim, lim, "k:", lw=0.8, label="equal")
+                ax.plot(lim, [2 * x for x in lim], "r:", lw=0.8, label="2x")
+                ax.legend(fontsize=7)
+            ax.set_title(f"relation={rel}", fontsize=9)
+            ax.set_xlabel("sigma needed, Poisson")
+            if k == 0:
+                ax.set_ylabel("sigma needed, WOR")
+            ax.grid(True, alpha=0.3)
+        fig.suptitle(f"noise for a target eps ({smp['method']} upper bounds, interpolated on the sigma grid)",
+                     fontsize=9)
+        fig.tight_layout()
+        files["wor_vs_poisson"] = _save(fig, out_dir / "wor_vs_poisson.png")
+    return files
+
+
+def _save(fig, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    tmp = str(path) + ".tmp"
+    fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path.name
+
+
+# -- markdown ------------------------------------------------------------------------------
+def _markdown(res, files, command) -> str:
+    P = res["methods"]
+    sh = res["shape"]
+    runs = res["runs"]
+    wall = ""
+    if runs:
+        from datetime import datetime
+
+        try:
+            secs = sum((datetime.fromisoformat(r["finished"]) - datetime.fromisoformat(r["started"])).total_seconds()
+                       for r in runs if r.get("finished"))
+            wall = f"{secs:.0f} s wall time over {len(runs)} run(s)"
+        except (KeyError, ValueError):
+            wall = ""
+    mach = res["machine"]
+    L = [f"# Campaign report: {res['name']}", ""]
+    L.append(f"Store `{res['store']}` (fingerprint `{res['fingerprint'][:12]}`), pldlib {res['pldlib_version']}; "
+             f"grid " + " x ".join(f"{d} {n}" for d, n in sh.items()) + f" = {res['cells']} cells; "
+             + (f"{wall} " if wall else "")
+             + (f"on {mach.get('cores', '?')} cores ({mach.get('platform', '')})." if mach else "."))
+    if command:
+        L += ["", f"Reproduce: `{command}` then `sweeps report {res['store']}`."]
+    L += ["", "Grid: " + "; ".join(f"{d} = {', '.join(_f(v) if not isinstance(v, str) else v for v in vals)}"
+                                   for d, vals in res["coords"].items()), ""]
+    L += ["Definitions (see `sweeps/campaign.py`): the **reference** of a cell is the bracket [L, U] of the "
+          "largest certified lower and smallest certified upper bound among "
+          + (", ".join(res["reference"]["certified_methods"]) or "(none)")
+          + f"; it is *tight* where (U-L)/M <= {REF_RTOL:.0%} (M the midpoint); "
+          f"{res['reference']['cells_with_tight_reference']} of {res['cells'] // max(1, len(P))} grid points "
+          f"have one (median half-width {_pct(res['reference']['ref_halfwidth_median'])}). "
+          "**Overshoot** = (eps_upper - M)/M, **width** = (upper - lower)/upper, **excess** = (upper - L)/L. "
+          "`clt` is an estimate, never a bound: it is stored in `eps_estimate` with NaN bounds. "
+          "Peers' bounds are what they claim; only ours are certified.", ""]
+
+    L += ["## Methods", ""]
+    head = ["method", "kind", "options", "ok", "failed", "unsupported", "missing", "median width", "max width",
+            "median overshoot", "p95 overshoot", "max overshoot", "median s/cell", "total s"]
+    rows = []
+    for m, p in P.items():
+        opts = ", ".join(f"{k}={v}" for k, v in p["options"].items()) or "-"
+        rows.append([f"`{m}`", p["kind"], opts, p["ok"], p["failed"], p["unsupported"], p["missing"],
+                     _pct(p["width_median"]), _pct(p["width_max"]), _pct(p["overshoot_median"]),
+                     _pct(p["overshoot_p95"]), _pct(p["overshoot_max"]), _f(p["seconds_per_cell_median"], 3),
+                     _f(p["seconds_total"], 4)])
+    L += [_md_table(head, rows), ""]
+    L += ["Seconds are compute time of each block (one block = one sigma, q, sampling, relation, method over all "
+          "steps and deltas) divided by its cells; unsupported cells are left out of the median.", ""]
+
+    # estimates
+    E = res["estimates"]
+    if E:
+        L += ["## Estimates: within 1% of the exact value?", ""]
+        rows = [[f"`{m}`", e["cells"], e["within"], e["outside"], e["undecided"],
+                 _pct(P[m]["estimate_abs_err_median"]), _pct(P[m]["estimate_abs_err_max"])] for m, e in E.items()]
+        L += [_md_table(["method", "cells with reference", "within 1%", "not within 1%", "undecided",
+                         "median abs error (tight ref.)", "max abs error (tight ref.)"], rows), ""]
+        for m, e in E.items():
+            for dim in ("steps", "q", "sigma"):
+                r = [x for x in e["by"][dim] if x["cells"]]
+                if len(r) > 1:
+                    L += [f"`{m}` by {dim}: " + "; ".join(
+                        f"{dim}={_f(x['value'])}: {x['within']}/{x['cells']} within, {x['outside']} not"
+                        for x in r), ""]
+            if e["worst"]:
+                L += [f"`{m}` furthest from the reference (relative error at least):", ""]
+                L += [_md_table(["cell", "estimate", "L", "U", "rel. error >="],
+                                [[_cell_text(w["cell"]), _f(w["estimate"], 6), _f(w["L"], 6), _f(w["U"], 6),
+                                  _pct(w["rel_err_at_least"])] for w in e["worst"][:5]]), ""]
+
+    # tightness / matched width
+    T = res["tightness"]
+    if T:
+        L += ["## Tightness and cost, side by side", "",
+              "Per relation, on the cells where every listed method has both bounds. `excess ratio` = median "
+              "over those cells of (upper_B - L)/(upper_A - L): how many times further above the exact value "
+              "B's upper bound can be than A's.", ""]
+        for rel, t in T.items():
+            L += [f"### relation = {rel} ({t['cells']} common cells)", ""]
+            rows = [[f"`{r['method']}`", r["kind"], _pct(r["width_median"]), _pct(r["excess_median"]),
+                     _f(r["seconds_per_cell_median"], 3), _f(r["seconds_sum"], 4)] for r in t["rows"]]
+            L += [_md_table(["method", "kind", "median width", "median excess (U-L)/L", "median s/cell",
+                             "sum s (common cells)"], rows), ""]
+            L += _matched(t, P), ""
+            ratios = t["excess_ratio_median"]
+            if ratios:
+                names = [r["method"] for r in t["rows"]]
+                mat = [[f"`{a}`"] + [("-" if a == b else _f(ratios.get(f"{b} / {a}"), 3)) for b in names]
+                       for a in names]
+                L += ["Excess ratio (row A, column B):", "", _md_table(["A \\ B"] + [f"`{b}`" for b in names], mat),
+                      ""]
+
+    # WOR vs Poisson
+    S = res["sampling"]
+    if S:
+        L += ["## Poisson vs sampling without replacement: noise for a target epsilon", "",
+              f"sigma needed for eps <= target from `{S['method']}` certified upper bounds, log-log interpolated "
+              "between the two grid sigmas that bracket it (the grid point above is certified; the interpolated "
+              "value is not). n/a: the sigma grid does not bracket it.", ""]
+        rows = [[rel, v["n"], _f(v["median"], 4), _f(v["min"], 4), _f(v["max"], 4)]
+                for rel, v in S["ratio_by_relation"].items()]
+        L += [_md_table(["relation", "cases", "median sigma_WOR / sigma_Poisson", "min", "max"], rows), ""]
+        rows = [[r["relation"], _f(r["q"]), r["steps"], _f(r["delta"]), _f(r["target"]), _f(r["sigma_poisson"], 4),
+                 _f(r["sigma_wor"], 4), _f(r["ratio"], 4)] for r in S["rows"]]
+        L += ["<details><summary>all cases</summary>", "",
+              _md_table(["relation", "q", "steps", "delta", "target eps", "sigma Poisson", "sigma WOR", "ratio"], rows),
+              "", "</details>", ""]
+
+    # failures
+    L += ["## Failures and unsupported cells", ""]
+    rows = [[f"`{m}`", p["failed"], p["unsupported"], p["missing"]] for m, p in P.items()
+            if p["failed"] or p["unsupported"] or p["missing"]]
+    L += [_md_table(["method", "failed cells", "unsupported cells", "missing cells"], rows) if rows
+          else "None: every cell of every method is ok.", ""]
+    for m, texts in res.get("errors", {}).items():
+        if texts:
+            L += [f"`{m}`:", ""] + [f"- {t}" for t in texts] + [""]
+
+    # soundness
+    V = res["violations"]
+    L += ["## Soundness: upper bounds below another method's lower bound", ""]
+    L += [f"Our upper bounds (pld, prv, spa, rdp) below a certified lower bound: "
+          f"**{V['ours_below_certified_lower']}** cells.", ""]
+    if V["counts"]:
+        rows = [[f"`{c['upper_method']}`", f"`{c['lower_method']}`",
+                 "certified" if c["lower_certified"] else "claimed (peer)", c["cells"]] for c in V["counts"].values()]
+        L += [_md_table(["upper of", "below lower of", "that lower is", "cells"], rows), ""]
+        rows = [[f"`{r['upper_method']}`", _f(r["upper"], 7), f"`{r['lower_method']}`", _f(r["lower"], 7),
+                 _pct(r["rel_gap"]), _cell_text(r["cell"])] for r in V["rows"][:30]]
+        L += ["Examples:", "", _md_table(["upper of", "upper", "lower of", "lower", "gap", "cell"], rows), ""]
+    else:
+        L += ["No violations: every upper bound is above every lower bound in every cell.", ""]
+
+    L += ["## Plots", ""]
+    for key, title in (("eps_vs_steps", "eps vs steps"), ("tradeoff", "accuracy / time trade-off"),
+                       ("overshoot", "overshoot of the upper bounds"), ("wor_vs_poisson", "WOR vs Poisson")):
+        if key in files:
+            L += [f"![{title}]({files[key]})", ""]
+    return "\n".join(L).rstrip() + "\n"
+
+
+def _matched(t, P) -> str:
+    """For each peer: the cheapest of our certified variants at least as narrow (median width)."""
+    ours = [r for r in t["rows"] if r["kind"] == "certified" and math.isfinite(r["width_median"])]
+    lines = []
+    for r in t["rows"]:
+        if r["kind"] != "peer" or not math.isfinite(r["width_median"]):
+            continue
+        cand = [o for o in ours if o["width_median"] <= r["width_median"] and math.isfinite(o["seconds_per_cell_median"])]
+        if not cand:
+            lines.append(f"- `{r['method']}` (median width {_pct(r['width_median'])}): none of our variants here "
+                         "is as narrow.")
+            continue
+        best = min(cand, key=lambda o: o["seconds_per_cell_median"])
+        sp = r["seconds_per_cell_median"] / best["seconds_per_cell_median"] if best["seconds_per_cell_median"] > 0 \
+            else math.inf
+        lines.append(f"- matched width: `{r['method']}` (median width {_pct(r['width_median'])}, "
+                     f"{_f(r['seconds_per_cell_median'], 3)} s/cell) vs `{best['method']}` (width "
+                     f"{_pct(best['width_median'])}, {_f(best['seconds_per_cell_median'], 3)} s/cell): ours is "
+                     f"{_f(sp, 3)}x faster at at-least-equal certified width.")
+    return "\n".join(lines)
+
+
+def _cell_text(c: dict) -> str:
+    return " ".join(f"{k}={_f(v) if not isinstance(v, str) else v}" for k, v in c.items())
+
+
+def _errors(ds) -> dict:
+    """Up to 3 distinct error texts per method (failed blocks only)."""
+    out = {}
+    st = ds["status"].values
+    err = ds["error"].transpose("sigma", "q", "sampling", "relation", "method").values
+    failed_blk = (st == STATUS_FAILED).any(axis=(DIMS.index("steps"), DIMS.index("delta")))
+    for mi, m in enumerate(ds.indexes["method"]):
+        texts = []
+        for idx in zip(*np.nonzero(failed_blk[..., mi])):
+            t = str(err[idx + (mi,)])
+            t = t if len(t) <= 300 else t[:300] + "..."
+            if t and t not in texts:
+                texts.append(t)
+            if len(texts) >= 3:
+                break
+        out[str(m)] = texts
+    return out
+
+
+def write_report(store: str, out: str | None = None, command: str | None = None) -> str:
+    """Write REPORT.md, summary.json and PNGs into ``out``; returns the markdown path."""
+    res, ds, arrays = analyse(store)
+    res["errors"] = _errors(ds)
+    out_dir = Path(out or default_out_dir(store))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = _plots(res, ds, arrays, out_dir)
+    res["plots"] = files
+    res["command"] = command
+    md = _markdown(res, files, command)
+    (out_dir / "summary.json").write_text(json.dumps(res, indent=1, default=_json_default, allow_nan=True) + "\n")
+    path = out_dir / "REPORT.md"
+    tmp = out_dir / "REPORT.md.tmp"
+    tmp.write_text(md)
+    os.replace(tmp, path)
+    return str(path)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
