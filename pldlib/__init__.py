@@ -10,7 +10,7 @@ Public API (thin re-exports over the modules that hold the maths):
   :mod:`pldlib.discretize` (connect-the-dots, convex hull, privacy buckets),
   :mod:`pldlib.composition` (certified FFT composition), :mod:`pldlib.pld`.
 """
-from .accountant import Estimate, Interval, PLDAccountant, PrecisionLimitError, account
+from .accountant import Estimate, Interval, PLDAccountant, PrecisionLimitError, account, account_steps
 from .calibrate import CalibrationResult, calibrate, get_noise_multiplier
 from .composition import GridTooLargeError
 from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
@@ -26,7 +26,7 @@ from .profiles import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "account", "Interval", "Estimate", "calibrate", "CalibrationResult", "get_noise_multiplier", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
+    "account", "account_steps", "Interval", "Estimate", "calibrate", "CalibrationResult", "get_noise_multiplier", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
     "Mechanism", "Gaussian", "Laplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",
     "randomized_response_profile", "approx_dp_profile", "__version__",
