@@ -211,7 +211,22 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     slope_abs = abs(slope) if slope < -0.05 else 2.0
     need = 0.25 * slope_abs * epsilon * tol
     width_now = float(pts[-1][1].upper - pts[-1][1].lower)
-    if width_now > need:
+    # split the width into a part that shrinks like h^2 and a structural part that does
+    # not (w = a + b h^2, from the first evaluation at h_def and the last at 2 h_def): a
+    # structurally loose lower bound (WOR substitution) must not drive h to tiny values
+    # (relative widths, since the two evaluations are at different sigmas)
+    r1 = float(pts[0][1].upper - pts[0][1].lower) / mid(pts[0][1])
+    r2 = width_now / mid(pts[-1][1])
+    structural = 0.0
+    if len(pts) > 1 and interval is None and math.isfinite(r1) and math.isfinite(r2) and r1 > 0:
+        a_rel = max(r1 - max(r2 - r1, 0.0) / 3.0, 0.0)
+        if a_rel > 0.25 * r1:  # under h^2 scaling r2 ~ 4 r1, so a_rel ~ 0
+            structural = a_rel * mid(pts[-1][1])
+        if structural > 0.5 * need:
+            certify_lower = False  # the infeasibility certificate is out of reach at any h
+    if structural > 0.5 * need:
+        h *= 0.5  # back to the default spacing: only the upper bound's accuracy matters now
+    elif width_now > need:
         h *= 0.9 * math.sqrt(need / width_now)
     # Phase 2 -- certify at spacing h.  Secant steps on log(upper) aim just inside the
     # feasible side (upper = target * (1 - tol*slope/8)); once a feasible sigma_hi is
@@ -237,8 +252,11 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
             elif len(fine) == 1:
                 x1, y1 = fine[-1]
                 cand = math.exp(x1 + (aim - y1) / (-slope_abs))
-            else:
-                cand = r
+            else:  # from the last coarse upper bound (biased up: a conservative first step)
+                v_last = pts[-1][1]
+                u_last = float(v_last.upper)
+                cand = (math.exp(math.log(pts[-1][0]) + (aim - math.log(u_last)) / (-slope_abs))
+                        if math.isfinite(u_last) and u_last > 0 else r)
             if lo_s is not None:
                 cand = max(cand, lo_s * (1 + 0.25 * tol))
         else:
