@@ -376,7 +376,7 @@ def _plots(res, ds, A, out_dir: Path) -> dict:
     q_idx = np.unique(np.linspace(0, ds.sizes["q"] - 1, min(3, ds.sizes["q"])).round().astype(int))
     steps = np.asarray(ds.indexes["steps"], dtype=float)
     fig, axes = plt.subplots(len(q_idx), len(sig_idx),
-                             figsize=(max(8.0, 3.4 * len(sig_idx) + 0.8), 2.8 * len(q_idx) + 1.6),
+                             figsize=(max(8.0, 3.4 * len(sig_idx) + 0.8), 2.6 * len(q_idx) + 2.0),
                              squeeze=False, sharex=True)
     for a, qi in enumerate(q_idx):
         for b, gi in enumerate(sig_idx):
@@ -408,8 +408,8 @@ def _plots(res, ds, A, out_dir: Path) -> dict:
     fig.legend(h, l_, loc="lower center", ncol=min(len(l_), 5), fontsize=7, frameon=False)
     fig.suptitle(f"eps(delta={ds.indexes['delta'][0]:.0e}) vs steps, sampling={ds.indexes['sampling'][si]}, "
                  f"relation={ds.indexes['relation'][ri]}\nupper solid, lower dashed, estimate dotted", fontsize=9)
-    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.6 / fig.get_figheight(),
-                        bottom=0.35 + 0.6 / fig.get_figheight(), wspace=0.3, hspace=0.35)
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.85 / fig.get_figheight(),
+                        bottom=1.2 / fig.get_figheight(), wspace=0.3, hspace=0.35)
     files["eps_vs_steps"] = _save(fig, out_dir / "eps_vs_steps.png")
 
     # 2. accuracy / time trade-off: per block, median relative width (or overshoot) vs seconds per cell
