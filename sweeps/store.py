@@ -23,10 +23,10 @@ Chunks are 1 along the block dims and full along steps and delta, so one
 block = one chunk of every variable.  The skeleton is written once by the
 client (``to_zarr(compute=False, mode="w-")`` of dask placeholders, chunks
 never written: zarr 3 reads them as the fill value); afterwards only the
-client writes, block by block, with ``to_zarr(region=..., mode="r+")`` --
-data variables first, then ``status``/``run`` as the commit marker, so a
-driver killed between the two leaves the block "missing", never "ok" with
-stale numbers.
+client writes, block by block, one whole chunk per variable through zarr
+arrays opened once per run -- data variables first, then ``status``/``run``
+as the commit marker, so a driver killed between the two leaves the block
+"missing", never "ok" with stale numbers.
 """
 from __future__ import annotations
 
@@ -319,11 +319,13 @@ class BlockWriter:
         self.path = path
         self.plan = plan
         with _quiet():
-            g = zarr.open_group(path, mode="r")
+            g = zarr.open_group(path, mode="r+")
         self.chunks = {}
+        self.arrays = {}
         for v in CELL_VARS + BLOCK_VARS:
             dims = DIMS if v in CELL_VARS else BLOCK_DIMS
             self.chunks[v] = dict(zip(dims, g[v].chunks))
+            self.arrays[v] = g[v]  # opened once: each write is one chunk, no metadata work
 
     def _assert_aligned(self, var: str, region: dict) -> None:
         for d, sl in region.items():
@@ -341,8 +343,6 @@ class BlockWriter:
         boolean mask of failed cells that are status 3, not 2; see
         :mod:`sweeps.peers`).  Returns the written cell status (steps, delta).
         """
-        import xarray as xr
-
         plan = self.plan
         S, D = len(plan.coords["steps"]), len(plan.coords["delta"])
         lo = np.asarray(result["eps_lower"], dtype=np.float64).reshape(S, D)
@@ -362,6 +362,8 @@ class BlockWriter:
         region = plan.region(block)
         bregion = plan.region(block, BLOCK_DIMS)
         if keep_ok is not None and (keep_ok & failed).any():
+            import xarray as xr
+
             with _quiet():
                 old = xr.open_zarr(self.path, chunks=None)[["eps_lower", "eps_upper", "eps_estimate", "seconds"]]
                 old = old.isel(region).load()
@@ -373,25 +375,29 @@ class BlockWriter:
             status = np.where(keep, STATUS_OK, status).astype(np.int8)
 
         def cell(a):  # (S, D) -> DIMS-shaped region
-            return xr.Variable(DIMS, a.reshape(1, 1, S, D, 1, 1, 1))
+            return np.ascontiguousarray(a).reshape(1, 1, S, D, 1, 1, 1)
 
         def blk(value, dtype):
-            return xr.Variable(BLOCK_DIMS, np.full((1,) * len(BLOCK_DIMS), value, dtype=dtype))
+            return np.full((1,) * len(BLOCK_DIMS), value, dtype=dtype)
 
-        data = xr.Dataset({
+        data = {
             "eps_lower": cell(lo), "eps_upper": cell(up), "eps_estimate": cell(est), "seconds": cell(secs),
             "error": blk(result.get("error", ""), STR),
             "finished_at": blk(result.get("finished_at", time.time()), np.float64),
             "host": blk(result.get("host", ""), STR),
-        })
-        commit = xr.Dataset({"status": cell(status), "run": blk(run, np.int16)})
-        for ds in (data, commit):
-            for v in ds.data_vars:
+        }
+        commit = {"status": cell(status), "run": blk(run, np.int16)}
+        key = tuple(region[d] for d in DIMS)
+        bkey = tuple(bregion[d] for d in BLOCK_DIMS)
+        for group in (data, commit):
+            for v in group:
                 self._assert_aligned(v, region if v in CELL_VARS else bregion)
         with _quiet():
-            # data first, then the commit marker (status, run)
-            data.to_zarr(self.path, region={d: region[d] for d in DIMS}, mode="r+", consolidated=False)
-            commit.to_zarr(self.path, region={d: region[d] for d in DIMS}, mode="r+", consolidated=False)
+            # data first, then the commit marker (status, run); each assignment writes
+            # exactly one whole chunk (zarr writes it before returning)
+            for group in (data, commit):
+                for v, a in group.items():
+                    self.arrays[v][key if v in CELL_VARS else bkey] = a
         return status
 
 
