@@ -84,6 +84,8 @@ def _logsumexp_rows(z: np.ndarray) -> np.ndarray:
 _BLOCK = 64
 #: terms whose total is below e^-_NEGLIGIBLE_LOG times the whole are bounded, not summed
 _NEGLIGIBLE_LOG = 50.0
+#: sides with at most this many points are summed in full (finding windows costs more)
+_WINDOW_MIN = 64 * _BLOCK
 
 
 class _Side:
@@ -96,6 +98,13 @@ class _Side:
     is below e^-50 of a lower bound of the total are added through that upper
     bound.  ``log_mgf`` therefore never understates ln M(theta) (beyond the
     round-off of a log-sum-exp) and overstates it by at most ~e^-50 relative.
+    Each theta gets its own window (a large tilt concentrates the sum on a few
+    blocks).
+
+    Sides made by :meth:`of` share their arrays and their per-theta values
+    (ln M(theta), tilted moments: they do not depend on ``count``) with every
+    other side of the same single-step PLD, so the many compositions of one
+    discretisation (one per steps count and tilt) do not recompute them.
     """
 
     def __init__(self, h: float, start: int, masses: np.ndarray, count: int):
@@ -107,6 +116,31 @@ class _Side:
         with np.errstate(divide="ignore"):
             self.logm = np.where(masses > 0, np.log(np.where(masses > 0, masses, 1.0)), -np.inf)
         self._blocks = None
+        self._lmgf: dict = {}   # theta -> ln M(theta) (windowed upper bound)
+        self._mom: dict = {}    # theta -> (mean, variance) of the tilted step
+
+    @classmethod
+    def of(cls, pld, count: int, kind: str = "raw") -> "_Side":
+        """The side of ``pld`` (``kind``: "raw" masses, "up" = masses + mass_err, "lo" =
+        max(masses - mass_err, 0)) composed ``count`` times; its arrays and per-theta
+        caches are kept on ``pld`` and shared."""
+        if pld.mass_err is None:
+            kind = "raw"
+        cache = pld.__dict__.setdefault("_sides", {})
+        base = cache.get(kind)
+        if base is None:
+            m = pld.masses
+            if kind == "up" and pld.mass_err is not None:
+                m = m + pld.mass_err
+            elif kind == "lo" and pld.mass_err is not None:
+                m = np.maximum(m - pld.mass_err, 0.0)
+            base = cls(pld.h, pld.start, m, 0)
+            base._coarse()  # computed once, shared
+            cache[kind] = base
+        new = object.__new__(cls)
+        new.__dict__.update(base.__dict__)
+        new.count = int(count)
+        return new
 
     def _coarse(self):
         if self._blocks is None:
@@ -120,14 +154,14 @@ class _Side:
             self._blocks = (lb, self.eps[first], self.eps[last])
         return self._blocks
 
-    def _windows(self, theta: np.ndarray):
-        """(i0, i1, log_rest): the terms [i0, i1) are summed exactly for every theta (the union
-        of the blocks that can matter); the others sum to at most e^log_rest[j] at theta[j]."""
+    def _row_windows(self, theta: np.ndarray):
+        """(i0, i1, log_rest), arrays over theta: the terms [i0[j], i1[j]) are summed exactly
+        at theta[j]; the others sum to at most e^log_rest[j] there."""
         n = self.logm.size
         T = theta.size
-        none = np.full(T, -np.inf)
-        if n <= 8 * _BLOCK or not np.all(np.isfinite(theta)):
-            return 0, n, none
+        full = (np.zeros(T, dtype=np.int64), np.full(T, n, dtype=np.int64), np.full(T, -np.inf))
+        if n <= _WINDOW_MIN or not np.all(np.isfinite(theta)):
+            return full
         lb, e_lo, e_hi = self._coarse()
         pos = theta[:, None] >= 0
         with np.errstate(invalid="ignore"):
@@ -137,36 +171,81 @@ class _Side:
         lo = np.where(np.isnan(lo), -np.inf, lo)
         total_lo = _logsumexp_rows(lo)
         if not np.all(np.isfinite(total_lo)):
-            return 0, n, none
+            return full
         keep = ub >= (total_lo - _NEGLIGIBLE_LOG - math.log(lb.size))[:, None]
-        cols = np.nonzero(keep.any(axis=0))[0]
-        b0, b1 = int(cols[0]), int(cols[-1]) + 1
-        if b0 == 0 and b1 == lb.size:
-            return 0, n, none
-        ub[:, b0:b1] = -np.inf
-        return b0 * _BLOCK, min(b1 * _BLOCK, n), _logsumexp_rows(ub)
+        # (the block with the largest lower bound is always kept)
+        nb = lb.size
+        b0 = np.argmax(keep, axis=1)
+        b1 = nb - np.argmax(keep[:, ::-1], axis=1)
+        cols = np.arange(nb)[None, :]
+        ub = np.where((cols >= b0[:, None]) & (cols < b1[:, None]), -np.inf, ub)
+        return b0 * _BLOCK, np.minimum(b1 * _BLOCK, n), _logsumexp_rows(ub)
+
+    def _windows(self, theta: np.ndarray):
+        """(i0, i1, log_rest): the union of the per-theta windows; the terms outside it
+        sum to at most e^log_rest[j] at theta[j]."""
+        i0, i1, _ = self._row_windows(theta)
+        a, b = int(i0.min()), int(i1.max())
+        if a == 0 and b == self.logm.size:
+            return 0, b, np.full(theta.size, -np.inf)
+        lb, e_lo, e_hi = self._coarse()
+        pos = theta[:, None] >= 0
+        with np.errstate(invalid="ignore"):
+            ub = lb[None, :] + theta[:, None] * np.where(pos, e_hi[None, :], e_lo[None, :])
+        ub = np.where(np.isnan(ub), -np.inf, ub)
+        ub[:, a // _BLOCK : -(-b // _BLOCK)] = -np.inf
+        return a, b, _logsumexp_rows(ub)
+
+    def _lse_window(self, t: float, i0: int, i1: int) -> float:
+        z = self.eps[i0:i1] * t
+        z += self.logm[i0:i1]
+        zmax = float(np.max(z)) if z.size else -np.inf
+        if not math.isfinite(zmax):
+            zmax = 0.0
+        z -= zmax
+        np.exp(z, out=z)
+        with np.errstate(divide="ignore"):
+            return zmax + float(np.log(np.sum(z)))
 
     def log_mgf(self, theta) -> np.ndarray:
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
-        i0, i1, rest = self._windows(theta)
-        lm, e = self.logm[i0:i1], self.eps[i0:i1]
+        if theta.size == 1:
+            t = float(theta[0])
+            hit = self._lmgf.get(t)
+            if hit is not None:
+                return np.array([hit])
         out = np.empty(theta.size)
-        for j0 in range(0, theta.size, 16):  # bounded memory
-            th = theta[j0 : j0 + 16]
+        if self.logm.size <= _WINDOW_MIN or not np.all(np.isfinite(theta)):
+            rest = np.full(theta.size, -np.inf)
             with np.errstate(invalid="ignore"):
-                out[j0 : j0 + 16] = _logsumexp_rows(lm[None, :] + th[:, None] * e[None, :])
-        # the skipped terms enter through their upper bound: never an understatement
-        with np.errstate(invalid="ignore"):
-            return np.where(rest > -np.inf, np.logaddexp(out, rest), out)
+                for j0 in range(0, theta.size, 32):  # bounded memory
+                    th = theta[j0 : j0 + 32]
+                    out[j0 : j0 + 32] = _logsumexp_rows(self.logm[None, :] + th[:, None] * self.eps[None, :])
+        else:
+            i0, i1, rest = self._row_windows(theta)
+            with np.errstate(invalid="ignore", over="ignore"):
+                for j in range(theta.size):
+                    out[j] = self._lse_window(float(theta[j]), int(i0[j]), int(i1[j]))
+            # the skipped terms enter through their upper bound: never an understatement
+            out = np.where(rest > -np.inf, np.logaddexp(out, rest), out)
+        if theta.size == 1:
+            self._lmgf[float(theta[0])] = float(out[0])
+        return out
 
     def tilted_moments(self, theta: float) -> tuple[float, float]:
         """Mean and variance of one step under the theta-tilted measure (negligible terms dropped)."""
-        i0, i1, _ = self._windows(np.array([float(theta)]))
+        t = float(theta)
+        hit = self._mom.get(t)
+        if hit is not None:
+            return hit
+        i0, i1, _ = self._row_windows(np.array([t]))
+        i0, i1 = int(i0[0]), int(i1[0])
         e = self.eps[i0:i1]
-        z = self.logm[i0:i1] + theta * e
+        z = self.logm[i0:i1] + t * e
         w = np.exp(z - _logsumexp_rows(z[None, :])[0])
         m1 = float(np.sum(w * e))
-        return m1, float(np.sum(w * (e - m1) ** 2))
+        out = self._mom[t] = (m1, float(np.sum(w * (e - m1) ** 2)))
+        return out
 
 
 def _tilted_cgf(sides: list[_Side], theta: float, s: np.ndarray) -> np.ndarray:
@@ -230,7 +309,7 @@ def solve_tilt(plds, counts, target_eps: float) -> float:
     Newton's method on the (convex) CGF, safeguarded by a bracket; the tilt only
     affects accuracy, never soundness, so a loose solution is harmless.
     """
-    sides = [_Side(p.h, p.start, p.masses, k) for p, k in zip(plds, counts)]
+    sides = [_Side.of(p, k) for p, k in zip(plds, counts)]
     m0, v0 = _moments(sides, 0.0)
     if target_eps <= m0:
         return 0.0
@@ -264,7 +343,7 @@ def estimate_tilt(plds, counts, delta: float) -> float:
     of the composed discrete PLD (pessimistic side).  Only the efficiency of the
     composition depends on it, never its soundness.
     """
-    sides = [_Side(p.h, p.start, p.masses, k) for p, k in zip(plds, counts)]
+    sides = [_Side.of(p, k) for p, k in zip(plds, counts)]
 
     def f(t):
         logm = sum(sd.count * float(sd.log_mgf(t)[0]) for sd in sides)
@@ -375,10 +454,8 @@ def compose(
     if any(abs(p.h - h) > 1e-15 * h for p in list(plds_upper) + list(plds_lower)):
         raise ValueError("all PLDs must share one grid spacing")
     counts = [int(k) for k in counts]
-    up = [_Side(h, p.start, p.masses + (p.mass_err if p.mass_err is not None else 0.0), k)
-          for p, k in zip(plds_upper, counts)]
-    lo = [_Side(h, p.start, np.maximum(p.masses - (p.mass_err if p.mass_err is not None else 0.0), 0.0), k)
-          for p, k in zip(plds_lower, counts)]
+    up = [_Side.of(p, k, "up") for p, k in zip(plds_upper, counts)]
+    lo = [_Side.of(p, k, "lo") for p, k in zip(plds_lower, counts)]
     log_tol = math.log(alias_tol)
     # window from the pessimistic side (it is the wider one), both tails
     _, var = _moments(up, theta)

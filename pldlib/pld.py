@@ -19,6 +19,7 @@ curves of a composition are.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy import signal
@@ -44,19 +45,30 @@ class GridMeasure:
         return (self.start + np.arange(self.masses.size)) * self.h
 
     def _tails(self):
+        return self._table[1], self._table[2]
+
+    @cached_property
+    def _table(self):
+        """(grid, A, B, D) computed once per measure (the masses are never modified):
+        A, B are the right tail sums with a trailing 0 appended, D the curve at the grid
+        points, made non-increasing."""
         m = np.maximum(self.masses, 0.0)
+        n = m.size
         # A_i = sum_{j>=i} m_j ; B_i = sum_{j>=i} m_j e^{-(j-i)h}  (right-to-left filters)
-        A = np.cumsum(m[::-1])[::-1]
-        B = signal.lfilter([1.0], [1.0, -np.exp(-self.h)], m[::-1])[::-1]
-        return A, B
+        A = np.zeros(n + 1)
+        B = np.zeros(n + 1)
+        A[:n] = np.cumsum(m[::-1])[::-1]
+        B[:n] = signal.lfilter([1.0], [1.0, -np.exp(-self.h)], m[::-1])[::-1]
+        # curve at grid points: D_i = const + A_{i+1} - e^{-h} B_{i+1}
+        D = self.const + A[1:] - np.exp(-self.h) * B[1:]
+        D = np.minimum.accumulate(np.maximum(D, 0.0))  # enforce monotone in float
+        grid = (self.start + np.arange(n)) * self.h
+        return grid, A[:n], B[:n], D, A, B
 
     def delta(self, eps) -> np.ndarray:
         """curve(eps), vectorised over eps."""
         eps = np.asarray(eps, dtype=float)
-        grid = self.eps_grid
-        A, B = self._tails()
-        A = np.append(A, 0.0)
-        B = np.append(B, 0.0)
+        grid, _, _, _, A, B = self._table
         # i = first grid index with eps_i > eps
         i = np.searchsorted(grid, eps, side="right")
         end = np.where(i < grid.size, grid[np.minimum(i, grid.size - 1)], 0.0)
@@ -72,14 +84,8 @@ class GridMeasure:
         -inf where it is below delta everywhere.
         """
         delta = np.asarray(delta, dtype=float)
-        grid = self.eps_grid
+        grid, A, B, D, _, _ = self._table
         n = grid.size
-        A, B = self._tails()
-        # curve at grid points: D_i = const + A_{i+1} - e^{-h} B_{i+1}
-        A1 = np.append(A[1:], 0.0)
-        B1 = np.append(B[1:], 0.0)
-        D = self.const + A1 - np.exp(-self.h) * B1
-        D = np.minimum.accumulate(np.maximum(D, 0.0))  # enforce monotone in float
         # first index with D_i <= delta
         i = np.searchsorted(-D, -delta, side="left")
         out = np.full(delta.shape, np.inf)
