@@ -100,3 +100,32 @@ def test_generic_eps_bounds_hold_and_are_tight(mech, tail):
             assert float(prof.cdf_p(lo + step * max(1, abs(lo)))) > tail or lo >= 0
         if float(prof.sf_p(hi)) - prof.p_inf > 0:
             assert float(prof.sf_p(hi - step * max(1, abs(hi)))) - prof.p_inf > tail or hi <= 0
+
+
+def test_cached_sides_give_the_same_compositions_as_fresh_ones():
+    """Sides cached on a DiscretePLD (shared by every steps count and tilt) change no result:
+    composing after many other compositions of the same PLDs equals composing copies with
+    empty caches, bit for bit; and the cache never carries one side's count to another."""
+    import dataclasses
+
+    import pldlib
+    from pldlib.accountant import account
+
+    acc = account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson"), steps=2000, interval=2e-3)
+    st = acc._branches[-1]
+    for k in (10, 300, 2000):  # fill the caches with other counts and tilts
+        C.compose(st.uppers, st.lowers, [k], theta=C.estimate_tilt(st.uppers, [k], 1e-8))
+    fresh_u = [dataclasses.replace(p) for p in st.uppers]
+    fresh_l = [dataclasses.replace(p) for p in st.lowers]
+    assert "_sides" in st.uppers[0].__dict__ and "_sides" not in fresh_u[0].__dict__
+    for k in (1, 700):
+        th_a = C.estimate_tilt(st.uppers, [k], 1e-6)
+        th_b = C.estimate_tilt(fresh_u, [k], 1e-6)
+        assert th_a == th_b
+        a = C.compose(st.uppers, st.lowers, [k], theta=th_a)
+        b = C.compose(fresh_u, fresh_l, [k], theta=th_b)
+        for ca, cb in ((a.upper, b.upper), (a.lower, b.lower), (a.roundoff, b.roundoff)):
+            assert (ca.start, ca.const) == (cb.start, cb.const)
+            np.testing.assert_array_equal(ca.masses, cb.masses)
+        assert (a.alias_log_bound, a.valid_from, a.n_bins) == (b.alias_log_bound, b.valid_from, b.n_bins)
+        assert [sd.count for sd in (C._Side.of(st.uppers[0], k), C._Side.of(st.uppers[0], 3))] == [k, 3]
