@@ -88,6 +88,28 @@ def _gdp_sigma(epsilon, delta, q, steps) -> float:
     return 1.0 / math.sqrt(math.log1p(x))
 
 
+def upper_interval(mechanism, steps: int) -> float:
+    """Grid spacing aimed at the *upper* bound: h = min(s_K / 50, sqrt(0.0067 eps_typ / K),
+    support width / 50) from the moments of a coarse connect-the-dots PLD of each branch.
+
+    This is the accountant's default rule without its optimistic-side constraint
+    h <= |ln(1 - q)| / 2 (which forces grids of ~1e5-1e6 points per step for q ~ 1e-4);
+    upper bounds stay certified and tight at this spacing, lower bounds may be loose.
+    """
+    from .discretize import connect_the_dots, grid_for
+
+    best = math.inf
+    for b in mechanism.branches():
+        lo, hi = b.upper.eps_bounds(1e-12)
+        h0 = max((hi - lo) / 4000.0, 1e-9)
+        mu, var = connect_the_dots(b.upper, grid_for(b.upper, h0, 1e-12)).moments()
+        s = math.sqrt(max(steps * var, 1e-300))
+        eps_typ = max(steps * mu + 3 * s, 1e-3)
+        h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / steps), (hi - lo) / 50.0 if hi > lo else 0.1)
+        best = min(best, h)
+    return float(max(best, 1e-6))
+
+
 def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",
                relation: str = "add_remove") -> float:
     """A starting sigma from the Gaussian-DP (CLT) estimate -- an ESTIMATE, used only to steer.
@@ -177,7 +199,14 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
             lo_s = sig
 
     # Phase 1 -- locate the root with coarse, cheap evaluations (secant on log-log midpoints).
-    iv, h_def = evaluate(seed, interval)
+    first = interval
+    if interval is None and q < 1.0:
+        # tiny q: the default grid resolves |ln(1-q)| for the lower bound only; when that
+        # makes it >= 4x finer than the upper bound needs, start from the upper-bound rule
+        h_u = upper_interval(mech(seed), steps)
+        if 0.5 * abs(math.log1p(-q)) < 0.25 * h_u:
+            first = h_u
+    iv, h_def = evaluate(seed, first)
     n_eval = 1
     h = h_def if interval is not None else h_def * 2.0
     pts = [(seed, iv)]

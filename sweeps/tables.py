@@ -170,23 +170,10 @@ def _mechanism(sigma, q, sampling, relation):
 
 
 def _cube_interval(mech, steps: int) -> float:
-    """The accountant's accuracy rule for the upper bound (see module docstring).
+    """The accountant's accuracy rule for the upper bound (:func:`pldlib.calibrate.upper_interval`)."""
+    from pldlib.calibrate import upper_interval
 
-    h = min(s_K / 50, sqrt(0.0067 eps_typ / K), support width / 50) from the
-    moments of a coarse connect-the-dots PLD of each branch.
-    """
-    from pldlib.discretize import connect_the_dots, grid_for
-
-    best = math.inf
-    for b in mech.branches():
-        lo, hi = b.upper.eps_bounds(1e-12)
-        h0 = max((hi - lo) / 4000.0, 1e-9)
-        mu, var = connect_the_dots(b.upper, grid_for(b.upper, h0, 1e-12)).moments()
-        s = math.sqrt(max(steps * var, 1e-300))
-        eps_typ = max(steps * mu + 3 * s, 1e-3)
-        h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / steps), (hi - lo) / 50.0 if hi > lo else 0.1)
-        best = min(best, h)
-    return float(max(best, 1e-6))
+    return upper_interval(mech, steps)
 
 
 def seed_sigma(epsilon, delta, q, steps, sampling, relation) -> float:

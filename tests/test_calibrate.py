@@ -64,6 +64,7 @@ def _bisect_to_convergence(eps, delta, q, steps, sampling, relation, h, lo, hi, 
     (2.0, 1e-6, 0.05, 100, "poisson", "substitution"),
     (4.0, 1e-5, 0.05, 200, "wor", "add_remove"),
     (4.0, 1e-5, 0.02, 100, "wor", "substitution"),
+    (4.0, 1e-6, 2e-4, 10_000, "poisson", "add_remove"),  # tiny q: upper-bound grid rule
 ])
 def test_calibrated_sigma_matches_bisection_to_convergence(eps, delta, q, steps, sampling, relation):
     tol = 2e-3
