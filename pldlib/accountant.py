@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -27,6 +26,8 @@ from .mechanisms import Mechanism
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS"]
 
+#: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h
+COARSE_FACTOR = 8
 #: names accepted by ``account(..., discretisation=...)``
 DISCRETISATIONS = ("connect_the_dots", "privacy_buckets")
 
@@ -212,13 +213,68 @@ def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: 
     return out
 
 
-@dataclass
+class _Discretised:
+    """The single-step PLDs of one branch (one direction) at spacing h, built on first use.
+
+    The grids are laid out (and their size checked) at construction; the
+    connect-the-dots and convex-hull PLDs are computed only when a query needs
+    this branch at full accuracy.  ``coarse()`` gives pessimistic PLDs of the
+    same profiles at spacing ``COARSE_FACTOR * h`` (for the dominance test of
+    :meth:`PLDAccountant.epsilon`).  Shared by the accountants that
+    :func:`account_steps` derives from one discretisation.
+    """
+
+    def __init__(self, pairs, h, tail, max_bins, discretisation):
+        self.pairs = pairs  # [(upper profile, lower profile)] per component
+        self.h, self.tail, self.max_bins = h, tail, max_bins
+        self.discretisation = discretisation
+        self.grids = [(grid_for(pu, h, tail, max_bins), grid_for(pl, h, tail, max_bins)) for pu, pl in pairs]
+        self._fine = None
+        self._coarse = None
+
+    @property
+    def built(self) -> bool:
+        return self._fine is not None
+
+    def fine(self):
+        if self._fine is None:
+            uppers, lowers = [], []
+            for (pu, pl), (gu, gl) in zip(self.pairs, self.grids):
+                if self.discretisation == "privacy_buckets":
+                    uppers.append(privacy_buckets(pu, gu, pessimistic=True))
+                    lowers.append(privacy_buckets(pl, gl, pessimistic=False))
+                else:
+                    uppers.append(connect_the_dots(pu, gu))
+                    lowers.append(convex_hull_optimistic(pl, gl))
+            self._fine = (uppers, lowers)
+        return self._fine
+
+    def coarse(self):
+        """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound)."""
+        if self._coarse is None:
+            hc = COARSE_FACTOR * self.h
+            self._coarse = [connect_the_dots(pu, grid_for(pu, hc, self.tail, self.max_bins))
+                            for pu, _ in self.pairs]
+        return self._coarse
+
+
 class _BranchState:
-    label: str
-    uppers: list = field(default_factory=list)
-    lowers: list = field(default_factory=list)
-    counts: list = field(default_factory=list)
-    cache: dict = field(default_factory=dict)
+    """One branch label of an accountant: its (lazily built) PLDs, counts and compositions."""
+
+    def __init__(self, label: str, source: _Discretised, counts: list):
+        self.label = label
+        self.source = source
+        self.counts = counts
+        self.cache: dict = {}
+        self.coarse_cache: dict = {}
+
+    @property
+    def uppers(self) -> list:
+        return self.source.fine()[0]
+
+    @property
+    def lowers(self) -> list:
+        return self.source.fine()[1]
 
 
 # -- accuracy knob ------------------------------------------------------------------------
@@ -338,32 +394,27 @@ class PLDAccountant:
         self.setup_seconds = time.perf_counter() - t0
 
     def _discretise(self, labels, per_comp, h):
+        """One :class:`_BranchState` per label; grids are laid out now (size errors raise
+        here), the PLDs themselves are built when a query needs them."""
         branches = []
         for label in labels:
-            st = _BranchState(label)
+            pairs = []
             for (m, k), bl in zip(self.components, per_comp):
                 # a mechanism without this direction contributes its only branch
                 b = next((b for b in bl if b.label == label), bl[0])
-                gu = grid_for(b.upper, h, self.tail, self.max_bins)
-                gl = grid_for(b.lower, h, self.tail, self.max_bins)
-                if self.discretisation == "privacy_buckets":
-                    st.uppers.append(privacy_buckets(b.upper, gu, pessimistic=True))
-                    st.lowers.append(privacy_buckets(b.lower, gl, pessimistic=False))
-                else:
-                    st.uppers.append(connect_the_dots(b.upper, gu))
-                    st.lowers.append(convex_hull_optimistic(b.lower, gl))
-                st.counts.append(k)
-            branches.append(st)
+                pairs.append((b.upper, b.lower))
+            src = _Discretised(pairs, h, self.tail, self.max_bins, self.discretisation)
+            branches.append(_BranchState(label, src, [k for _, k in self.components]))
+        if len(branches) == 1:
+            branches[0].source.fine()
         return branches
 
     def _probe_width(self, delta: float = 1e-5) -> float:
         """Relative width of the eps interval at ``delta`` (0 if it cannot be probed, NaN if
         its composition exceeds ``max_bins``)."""
         try:
-            lo = up = -math.inf
-            for st in self._branches:
-                l, u = self._branch_epsilon(st, np.array([delta]))
-                lo, up = max(lo, float(l[0])), max(up, float(u[0]))
+            l, u = self._epsilon(np.array([delta]))
+            lo, up = float(l[0]), float(u[0])
         except GridTooLargeError:
             return math.nan
         except (ArithmeticError, MemoryError, ValueError):
@@ -386,7 +437,7 @@ class PLDAccountant:
         new.total_steps = int(k)
         new._labels = self._labels
         new.tail = self.tail
-        new._branches = [_BranchState(st.label, st.uppers, st.lowers, [int(k)]) for st in self._branches]
+        new._branches = [_BranchState(st.label, st.source, [int(k)]) for st in self._branches]
         new.interval = self.interval
         new.setup_seconds = 0.0
         return new
@@ -466,6 +517,66 @@ class PLDAccountant:
             raise PrecisionLimitError(f"delta={deltas[j]:.3g} cannot be certified: {why}; use a larger delta")
         return lo, up
 
+    # -- several branches: max over directions, dominated ones skipped -------
+    def _order(self, coarse: list) -> list:
+        """Branch indices, the one whose coarse bound is largest at most queries first."""
+        c = np.array(coarse)
+        top = np.argmax(np.where(np.isnan(c), np.inf, c), axis=0)
+        score = [int(np.sum(top == i)) for i in range(len(coarse))]
+        return sorted(range(len(coarse)), key=lambda i: -score[i])
+
+    def _coarse_upper(self, st, x, kind: str) -> np.ndarray:
+        """Certified upper bounds on this branch's eps(x) (``kind="eps"``, x = deltas) or
+        delta(x) (``kind="delta"``, x = epsilons) from its pessimistic PLDs at spacing
+        COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had."""
+        try:
+            plds = st.source.coarse()
+            theta = estimate_tilt(plds, st.counts, float(x.min())) if kind == "eps" else 0.0
+            key = round(theta, 12)
+            if key not in st.coarse_cache:
+                st.coarse_cache[key] = compose(plds, None, st.counts, theta=theta, max_bins=self.max_bins)
+            comp = st.coarse_cache[key]
+            if kind == "eps":
+                # below valid_from the curve says nothing, but upper.delta(valid_from) <= x
+                # then certifies eps(x) <= valid_from
+                out = np.maximum(comp.upper.epsilon(x), comp.valid_from)
+            else:
+                out = np.where(x >= comp.valid_from, np.minimum(comp.upper.delta(x), 1.0), np.inf)
+        except (ArithmeticError, MemoryError, ValueError):
+            return np.full(x.size, np.inf)
+        return np.where(np.isnan(out), np.inf, out)
+
+    def _combine(self, x, kind: str):
+        """(lower, upper) of max over branches of eps(x) or delta(x).
+
+        With several branches (add_remove) each answer is the maximum over the
+        directions.  The branch with the largest coarse bounds is computed at full
+        accuracy first; another branch is computed only at the queries where its
+        coarse certified upper bound exceeds the lower bound found so far.  Where it
+        does not, its true value lies below the others' lower bound, so it changes
+        neither side of the interval: skipping it keeps both bounds certified.
+        """
+        exact = self._branch_epsilon if kind == "eps" else self._branch_delta
+        empty = -np.inf if kind == "eps" else 0.0
+        if len(self._branches) == 1:
+            return exact(self._branches[0], x)
+        coarse = [np.full(x.size, np.inf) if st.source.built else self._coarse_upper(st, x, kind)
+                  for st in self._branches]
+        lo = np.full(x.size, empty)
+        up = np.full(x.size, empty)
+        for i in self._order(coarse):
+            need = ~(coarse[i] <= lo)
+            if not need.any():
+                continue
+            l, u = exact(self._branches[i], x[need])
+            lo[need] = np.maximum(lo[need], l)
+            up[need] = np.maximum(up[need], u)
+        return lo, up
+
+    def _epsilon(self, deltas):
+        lo, up = self._combine(deltas, "eps")
+        return np.minimum(lo, up), up
+
     def epsilon(self, delta) -> Interval:
         """Certified interval for eps(delta), vectorised over delta.
 
@@ -475,12 +586,7 @@ class PLDAccountant:
         """
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
-        lo = np.full(deltas.size, -np.inf)
-        up = np.full(deltas.size, -np.inf)
-        for st in self._branches:
-            l, u = self._branch_epsilon(st, deltas)
-            lo, up = np.maximum(lo, l), np.maximum(up, u)
-        lo = np.minimum(lo, up)
+        lo, up = self._epsilon(deltas)
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -517,11 +623,7 @@ class PLDAccountant:
         """Certified interval for delta(eps), vectorised over eps (negative eps allowed)."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
-        lo = np.zeros(eps.size)
-        up = np.zeros(eps.size)
-        for st in self._branches:
-            l, u = self._branch_delta(st, eps)
-            lo, up = np.maximum(lo, l), np.maximum(up, u)
+        lo, up = self._combine(eps, "delta")
         up = np.minimum(up, 1.0)
         lo = np.minimum(lo, up)
         if scalar:

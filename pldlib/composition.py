@@ -49,7 +49,8 @@ class GridTooLargeError(MemoryError):
 class Composition:
     """Certified result of a composition.
 
-    ``upper`` and ``lower`` are curves such that for every eps >= valid_from:
+    ``upper`` and ``lower`` are curves such that for every eps >= valid_from
+    (``lower`` is None, and ``alias_log_bound`` +inf, for a pessimistic-only composition):
     lower.delta(eps) - exp(alias_log_bound - theta * max(eps, valid_from))
     <= true delta(eps) <= upper.delta(eps).
     ``roundoff`` is the part of ``upper`` due to the round-off term (for
@@ -57,7 +58,7 @@ class Composition:
     """
 
     upper: GridMeasure
-    lower: GridMeasure
+    lower: GridMeasure | None
     roundoff: GridMeasure
     theta: float
     valid_from: float
@@ -423,7 +424,7 @@ def _compose_side(sides, theta, w_lo, n_bins, chern):
 
 def compose(
     plds_upper: list[DiscretePLD],
-    plds_lower: list[DiscretePLD],
+    plds_lower: list[DiscretePLD] | None,
     counts: list[int],
     *,
     theta: float = 0.0,
@@ -435,7 +436,8 @@ def compose(
 
     Parameters
     ----------
-    plds_upper, plds_lower : pessimistic and optimistic single-step PLDs (same h)
+    plds_upper, plds_lower : pessimistic and optimistic single-step PLDs (same h);
+        ``plds_lower=None`` composes the pessimistic side only (``lower`` is then None)
     counts : how many times each is composed
     theta : exponential tilt (>= 0)
     eps_from : smallest eps at which answers are needed (extends the window left)
@@ -451,19 +453,22 @@ def compose(
         raise ValueError("theta must be >= 0")
 
     h = plds_upper[0].h
-    if any(abs(p.h - h) > 1e-15 * h for p in list(plds_upper) + list(plds_lower)):
+    upper_only = plds_lower is None
+    if any(abs(p.h - h) > 1e-15 * h for p in list(plds_upper) + list(plds_lower or [])):
         raise ValueError("all PLDs must share one grid spacing")
     counts = [int(k) for k in counts]
     up = [_Side.of(p, k, "up") for p, k in zip(plds_upper, counts)]
-    lo = [_Side.of(p, k, "lo") for p, k in zip(plds_lower, counts)]
+    lo = up if upper_only else [_Side.of(p, k, "lo") for p, k in zip(plds_lower, counts)]
     log_tol = math.log(alias_tol)
     # window from the pessimistic side (it is the wider one), both tails
     _, var = _moments(up, theta)
     sd_total = math.sqrt(max(var, 0.0)) + h
-    ch_up, ch_lo = _Chernoff(up, theta, sd_total), _Chernoff(lo, theta, sd_total)
+    ch_up = _Chernoff(up, theta, sd_total)
+    ch_lo = ch_up if upper_only else _Chernoff(lo, theta, sd_total)
     left_e, right_e = ch_up.edges(log_tol)
-    l2, r2 = ch_lo.edges(log_tol)
-    left_e, right_e = min(left_e, l2), max(right_e, r2)
+    if not upper_only:
+        l2, r2 = ch_lo.edges(log_tol)
+        left_e, right_e = min(left_e, l2), max(right_e, r2)
     base = min(sum(sd.count * sd.start for sd in s) for s in (up, lo))
     top = max(sum(sd.count * (sd.start + sd.masses.size - 1) for sd in s) for s in (up, lo))
     w_lo = max(int(math.floor(left_e / h)) - 1, base)
@@ -495,6 +500,9 @@ def compose(
     with np.errstate(over="ignore", invalid="ignore"):
         upper = GridMeasure(h, w_lo, np.minimum((np.maximum(y, 0.0) + E) * untilt, 1.0), const_up)
         roundoff = GridMeasure(h, w_lo, np.minimum(E * untilt, 1.0), 0.0)
+    valid_from = -np.inf if theta == 0.0 else w_lo * h
+    if upper_only:
+        return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N))
     # lower side
     y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo)
     with np.errstate(over="ignore", under="ignore"):
@@ -513,5 +521,4 @@ def compose(
     # aliased (folded) tilted mass <= e^{log_left} + e^{log_right}; untilted at eps_j > eps
     # it weighs at most e^{log_total - theta eps}
     alias_log = float(np.logaddexp(log_left, log_right) + log_total)
-    valid_from = -np.inf if theta == 0.0 else w_lo * h
     return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N))

@@ -1,0 +1,82 @@
+"""add_remove answers skip a direction only when a certified coarse bound shows it cannot matter.
+
+The accountant answers max(add, remove).  It computes the direction with the larger
+coarse bound at full accuracy first and the other only at queries where that
+direction's coarse *upper* bound exceeds the lower bound found so far.  These tests
+check (i) that the skip happens where it should (DP-SGD: the add direction lies far
+below), (ii) that the answer then agrees with computing both directions in full, and
+(iii) where the directions cross (subsampled Laplace, MATH.md section 2), that both
+are used and each direction's own certified bounds are respected.
+"""
+import numpy as np
+import pytest
+
+import pldlib
+from pldlib.accountant import COARSE_FACTOR
+
+
+def _full(acc):
+    """Force the full computation: build every direction's PLDs (no coarse test then)."""
+    for st in acc._branches:
+        st.source.fine()
+    return acc
+
+
+def _label(acc, name):
+    return next(st for st in acc._branches if st.label == name)
+
+
+@pytest.mark.parametrize("delta", [1e-5, 1e-9])
+def test_dominated_add_direction_is_skipped_and_changes_nothing(delta):
+    mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
+    h = 2e-3
+    acc = pldlib.account(mech, steps=1000, interval=h)
+    got = acc.epsilon(delta)
+    assert not _label(acc, "add").source.built          # never discretised at h
+    assert _label(acc, "remove").source.built
+    full = _full(pldlib.account(mech, steps=1000, interval=h)).epsilon(delta)
+    assert got.lower == full.lower                       # the skipped branch had no say
+    assert got.upper <= full.upper
+    # each direction accounted on its own (independent accountants)
+    rem = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="remove"),
+                         steps=1000, interval=h).epsilon(delta)
+    add = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add"),
+                         steps=1000, interval=h).epsilon(delta)
+    assert add.upper < rem.lower                         # why skipping was allowed
+    assert got.upper >= max(rem.lower, add.lower)
+    assert got.lower == pytest.approx(rem.lower, rel=1e-12)
+
+
+def test_coarse_bound_is_a_certified_upper_bound():
+    """The coarse pessimistic bound used for the test is itself >= the full lower bound."""
+    mech = pldlib.Gaussian(sigma=0.9, q=0.05, sampling="poisson", relation="add_remove")
+    acc = pldlib.account(mech, steps=200, interval=4e-3)
+    deltas = np.array([1e-3, 1e-6, 1e-10])
+    eps_grid = np.array([0.5, 1.0, 2.0])
+    for st in acc._branches:
+        ce = acc._coarse_upper(st, deltas, "eps")
+        cd = acc._coarse_upper(st, eps_grid, "delta")
+        l, u = acc._branch_epsilon(st, deltas)
+        dl, du = acc._branch_delta(st, eps_grid)
+        assert np.all(ce >= l) and np.all(cd >= dl)
+        # and it is looser than (or equal to) nothing finer than COARSE_FACTOR allows:
+        assert st.source.coarse()[0].h == pytest.approx(COARSE_FACTOR * acc.interval)
+
+
+def test_crossing_directions_both_used_and_bounds_respected():
+    """Subsampled Laplace, k = 2: add and remove cross; max after composing."""
+    kw = dict(scale=1.0, q=0.5, sampling="poisson")
+    eps = np.linspace(0.0, 1.9, 40)
+    ar = pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, interval=1e-3)
+    got = ar.delta(eps)
+    rem = pldlib.account(pldlib.Laplace(relation="remove", **kw), steps=2, interval=1e-3).delta(eps)
+    add = pldlib.account(pldlib.Laplace(relation="add", **kw), steps=2, interval=1e-3).delta(eps)
+    assert (add.lower > rem.upper).any() and (rem.lower > add.upper).any()  # they cross
+    assert all(st.source.built for st in ar._branches)
+    truth_lo = np.maximum(rem.lower, add.lower)
+    assert np.all(got.lower >= truth_lo - 1e-15)
+    assert np.all(got.upper >= truth_lo)
+    assert np.all(got.upper <= np.maximum(rem.upper, add.upper) + 1e-12)
+    full = _full(pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, interval=1e-3)).delta(eps)
+    np.testing.assert_allclose(got.lower, full.lower, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(got.upper, full.upper, rtol=0, atol=1e-15)
