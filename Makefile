@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PEERS  := $(VENV)/.peers
 
 .PHONY: demo test bench install clean
 
@@ -16,6 +17,13 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $(STAMP)
 	@echo "done (log: $(VENV)/install.log)"
 
+# `make bench` only: the optional peers (dp-accounting, prv-accountant) for the side-by-side rows;
+# never a test dependency (`make test` uses $(STAMP) alone)
+$(PEERS): $(STAMP)
+	@echo "installing the optional peers for the benchmarks (first run only)..."
+	@$(PY) -m pip install -q -e '.[test,peers]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@touch $(PEERS)
+
 install: $(STAMP)
 
 test: $(STAMP)
@@ -24,7 +32,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	@$(PY) -m sweeps.demo
 
-bench: $(STAMP)
+bench: $(PEERS)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.calibration
 
