@@ -110,7 +110,8 @@ def _discretisation(name) -> str:
 
 
 def account(mechanism, steps: int | None = None, *, interval: float | None = None,
-            max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots") -> "PLDAccountant":
+            max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
+            lower_bound: bool = True) -> "PLDAccountant":
     """Account for ``steps`` compositions of ``mechanism`` (or a heterogeneous list).
 
     Parameters
@@ -129,14 +130,22 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
         refined at that rate but at most 16x below the connect-the-dots rule,
         within ``max_bins``, so it is typically much wider there; pass
         ``interval`` to compare the two at matched accuracy).
+    lower_bound : with False only the pessimistic side is built and composed
+        (about half the work): answers keep their certified upper bounds and report
+        lower bounds of -inf (eps) or 0 (delta).  Needs an explicit ``interval``.
 
     Examples
     --------
     >>> acc = account(Gaussian(sigma=0.8), steps=1000)
     >>> acc.epsilon(1e-6)            # Interval(lower=..., upper=...)
     """
+    if not isinstance(lower_bound, bool):
+        raise TypeError(f"lower_bound must be True or False, got {lower_bound!r}")
+    if not lower_bound and interval is None:
+        raise ValueError("lower_bound=False needs an explicit interval (the automatic one is tuned on the "
+                         "width of the interval)")
     return PLDAccountant(_components(mechanism, steps), interval=interval, max_bins=max_bins,
-                         discretisation=discretisation)
+                         discretisation=discretisation, upper_only=not lower_bound)
 
 
 def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: float | None = None,
@@ -224,11 +233,13 @@ class _Discretised:
     :func:`account_steps` derives from one discretisation.
     """
 
-    def __init__(self, pairs, h, tail, max_bins, discretisation):
+    def __init__(self, pairs, h, tail, max_bins, discretisation, upper_only=False):
         self.pairs = pairs  # [(upper profile, lower profile)] per component
         self.h, self.tail, self.max_bins = h, tail, max_bins
         self.discretisation = discretisation
-        self.grids = [(grid_for(pu, h, tail, max_bins), grid_for(pl, h, tail, max_bins)) for pu, pl in pairs]
+        self.upper_only = upper_only
+        self.grids = [(grid_for(pu, h, tail, max_bins), None if upper_only else grid_for(pl, h, tail, max_bins))
+                      for pu, pl in pairs]
         self._fine = None
         self._coarse = None
 
@@ -242,11 +253,13 @@ class _Discretised:
             for (pu, pl), (gu, gl) in zip(self.pairs, self.grids):
                 if self.discretisation == "privacy_buckets":
                     uppers.append(privacy_buckets(pu, gu, pessimistic=True))
-                    lowers.append(privacy_buckets(pl, gl, pessimistic=False))
+                    if gl is not None:
+                        lowers.append(privacy_buckets(pl, gl, pessimistic=False))
                 else:
                     uppers.append(connect_the_dots(pu, gu))
-                    lowers.append(convex_hull_optimistic(pl, gl))
-            self._fine = (uppers, lowers)
+                    if gl is not None:
+                        lowers.append(convex_hull_optimistic(pl, gl))
+            self._fine = (uppers, None if self.upper_only else lowers)
         return self._fine
 
     def coarse(self):
@@ -343,8 +356,11 @@ class PLDAccountant:
     method = "pld"
 
     def __init__(self, components, interval=None, max_bins=DEFAULT_MAX_BINS,
-                 discretisation="connect_the_dots", *, _start=None):
+                 discretisation="connect_the_dots", *, upper_only=False, _start=None):
         self.components = components
+        self.upper_only = bool(upper_only)
+        if self.upper_only and interval is None:
+            raise ValueError("upper_only needs an explicit interval")
         self.discretisation = _discretisation(discretisation)
         self.max_bins = V.positive_int("max_bins", max_bins)
         if self.max_bins < 16:
@@ -403,7 +419,7 @@ class PLDAccountant:
                 # a mechanism without this direction contributes its only branch
                 b = next((b for b in bl if b.label == label), bl[0])
                 pairs.append((b.upper, b.lower))
-            src = _Discretised(pairs, h, self.tail, self.max_bins, self.discretisation)
+            src = _Discretised(pairs, h, self.tail, self.max_bins, self.discretisation, self.upper_only)
             branches.append(_BranchState(label, src, [k for _, k in self.components]))
         if len(branches) == 1:
             branches[0].source.fine()
@@ -433,6 +449,7 @@ class PLDAccountant:
         new = object.__new__(PLDAccountant)
         new.components = [(self.components[0][0], int(k))]
         new.discretisation = self.discretisation
+        new.upper_only = self.upper_only
         new.max_bins = self.max_bins
         new.total_steps = int(k)
         new._labels = self._labels
@@ -446,7 +463,7 @@ class PLDAccountant:
     def _compose(self, st: _BranchState, theta: float, eps_from=None) -> Composition:
         key = (round(theta, 12), eps_from)
         if key not in st.cache:
-            st.cache[key] = compose(st.uppers, st.lowers, st.counts, theta=theta,
+            st.cache[key] = compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
                                     eps_from=eps_from, max_bins=self.max_bins)
         return st.cache[key]
 
@@ -457,6 +474,8 @@ class PLDAccountant:
     @staticmethod
     def _lower_eps(comp: Composition, deltas: np.ndarray) -> np.ndarray:
         """inf{eps : lower(eps) - alias(eps) <= delta}, certified (see Composition)."""
+        if comp.lower is None:  # pessimistic side only
+            return np.full(deltas.shape, -np.inf)
         ef = comp.lower.epsilon(deltas)
         step = 1e-9 * np.maximum(1.0, np.abs(np.where(np.isfinite(ef), ef, 0.0)))
         ea = ef - step
@@ -484,7 +503,7 @@ class PLDAccountant:
             valid = eu >= comp.valid_from
             better = valid & (sh < share[todo])
             # delta below the certain +inf mass: eps is +inf, certified by the lower curve
-            certain = comp.lower.const > d
+            certain = (comp.lower.const > d) if comp.lower is not None else np.zeros(d.shape, bool)
             better |= certain
             eu = np.where(certain, np.inf, eu)
             el = np.where(certain, np.inf, el)
@@ -555,6 +574,7 @@ class PLDAccountant:
         coarse certified upper bound exceeds the lower bound found so far.  Where it
         does not, its true value lies below the others' lower bound, so it changes
         neither side of the interval: skipping it keeps both bounds certified.
+        (Upper-only accountants compare with the upper bound found so far instead.)
         """
         exact = self._branch_epsilon if kind == "eps" else self._branch_delta
         empty = -np.inf if kind == "eps" else 0.0
@@ -564,8 +584,11 @@ class PLDAccountant:
                   for st in self._branches]
         lo = np.full(x.size, empty)
         up = np.full(x.size, empty)
+        # (without lower bounds, a branch is skipped where its coarse bound is below the
+        # upper bound found so far: the maximum's upper bound is then still certified)
+        ref = up if self.upper_only else lo
         for i in self._order(coarse):
-            need = ~(coarse[i] <= lo)
+            need = ~(coarse[i] <= ref)
             if not need.any():
                 continue
             l, u = exact(self._branches[i], x[need])
@@ -602,7 +625,8 @@ class PLDAccountant:
         for attempt in range(12):
             e = eps[todo]
             du = comp.upper.delta(e)
-            dl = np.maximum(comp.lower.delta(e) - comp.alias_term(e), 0.0)
+            dl = (np.maximum(comp.lower.delta(e) - comp.alias_term(e), 0.0) if comp.lower is not None
+                  else np.zeros(e.shape))
             with np.errstate(invalid="ignore", divide="ignore"):
                 sh = comp.roundoff.delta(e) / np.maximum(du, 1e-320)
             valid = e >= comp.valid_from

@@ -74,3 +74,37 @@ def test_calibrated_sigma_matches_bisection_to_convergence(eps, delta, q, steps,
     # the calibrated sigma is certified at h, so it cannot be below the bisection root at h
     assert r.sigma >= s_b * (1 - 1e-4)
     assert r.sigma <= s_b * (1 + tol)
+
+
+@pytest.mark.parametrize("sampling,relation", [("poisson", "add_remove"), ("wor", "substitution")])
+def test_without_infeasibility_certificate(sampling, relation):
+    """certify_lower=False steers with upper-only evaluations: the sigma is still certified
+    (independent full re-check), the reported interval is a valid certified interval at that
+    sigma, and the sigma lies within tol of the root of the upper curve at the search's h."""
+    eps, delta, q, steps, tol = 3.0, 1e-5, 0.02, 500, 1e-4
+    r = calibrate(eps, delta, q, steps, sampling=sampling, relation=relation, tol=tol, certify_lower=False)
+    mech = lambda s: pldlib.Gaussian(sigma=s, q=q, sampling=sampling, relation=relation)
+    full = pldlib.account(mech(r.sigma), steps=steps, interval=r.interval).epsilon(delta)
+    assert full.upper <= eps and r.epsilon.upper <= eps
+    assert r.epsilon.upper == pytest.approx(full.upper, rel=1e-12)  # same h: same upper curve
+    assert -1e300 < r.epsilon.lower <= full.upper
+    assert r.epsilon.lower <= pldlib.account(mech(r.sigma), steps=steps, interval=r.interval / 2).epsilon(delta).upper
+    s_b = _bisect_to_convergence(eps, delta, q, steps, sampling, relation, r.interval, r.sigma / 1.05,
+                                 r.sigma * 1.01, iters=20)
+    assert s_b * (1 - 1e-9) <= r.sigma <= s_b * (1 + tol)
+
+
+def test_upper_only_accountant_matches_the_full_upper_bound():
+    mech = pldlib.Gaussian(sigma=1.2, q=0.03, sampling="poisson", relation="add_remove")
+    full = pldlib.account(mech, steps=300, interval=2e-3)
+    up = pldlib.account(mech, steps=300, interval=2e-3, lower_bound=False)
+    d = [1e-3, 1e-6, 1e-9]
+    assert list(up.epsilon(d).upper) == list(full.epsilon(d).upper)
+    assert all(x == -float("inf") for x in up.epsilon(d).lower)
+    e = [0.5, 1.0, 2.0]
+    assert list(up.delta(e).upper) == pytest.approx(list(full.delta(e).upper), rel=1e-12)
+    assert all(x == 0.0 for x in up.delta(e).lower)
+    with pytest.raises(ValueError, match="lower_bound=False needs an explicit interval"):
+        pldlib.account(mech, steps=300, lower_bound=False)
+    with pytest.raises(TypeError, match="lower_bound"):
+        pldlib.account(mech, steps=300, interval=2e-3, lower_bound="no")
