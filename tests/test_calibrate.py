@@ -108,3 +108,20 @@ def test_upper_only_accountant_matches_the_full_upper_bound():
         pldlib.account(mech, steps=300, lower_bound=False)
     with pytest.raises(TypeError, match="lower_bound"):
         pldlib.account(mech, steps=300, interval=2e-3, lower_bound="no")
+
+
+def test_opacus_helper_tolerance_accountant_and_certificate():
+    kw = dict(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.02, steps=500)
+    s = get_noise_multiplier(**kw)
+    mech = pldlib.Gaussian(sigma=s, q=0.02, sampling="poisson", relation="add_remove")
+    assert pldlib.account(mech, steps=500, interval=1e-4).epsilon(1e-5).upper <= 3.0
+    # a looser epsilon tolerance gives a sigma at least as large (coarser search), never below
+    # the certified optimum bracket of the tight one
+    s_loose = get_noise_multiplier(**kw, epsilon_tolerance=0.3)  # tol 0.05 -> capped at 1e-3
+    assert s_loose == pytest.approx(s, rel=2.1e-3)
+    with pytest.raises(ValueError, match="accountant"):
+        get_noise_multiplier(**kw, accountant="rdp")
+    with pytest.raises(ValueError, match="epsilon_tolerance"):
+        get_noise_multiplier(**kw, epsilon_tolerance=0.0)
+    with pytest.raises(ValueError, match="steps/epochs"):
+        get_noise_multiplier(3.0, 1e-5, 0.02)
