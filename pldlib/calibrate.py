@@ -146,7 +146,8 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     sampling : 'poisson' or 'wor' (ignored when q = 1)
     relation : 'add', 'remove', 'add_remove' or 'substitution'
     tol : relative tolerance on sigma (the result is within tol of the true optimum
-        when ``sigma_lower`` is not None)
+        when ``sigma_lower`` is not None and ``sigma / sigma_lower <= 1 + tol``, which is
+        the normal outcome; a ``sigma_lower`` further away still bounds the optimum)
     sigma_guess : optional starting point (else a lookup table or the GDP estimate)
     interval : starting grid spacing of the PLD accountant (refined as needed)
     table : an opened lookup table (:mod:`pldlib.tables`) used as a seed when it covers the query
@@ -183,9 +184,13 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     elif table is not None and samp != "none":
         try:
             ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)
-            # the table's sigma is certified for a safe-side neighbour of the query,
-            # so it over-estimates the answer: start a little below it
-            seed, seed_kind = ans.sigma * (1.0 if ans.exact else 0.97), "table"
+            if ans.exact:  # a grid point: the stored sigma is within ~1% of the answer
+                seed, seed_kind = ans.sigma, "table"
+            else:
+                # certified for a safe-side neighbour of the query, so an over-estimate
+                # that can be far off (epsilon 6 rounds down to 4): it caps the estimate
+                est = seed_sigma(epsilon, delta, q, steps, samp, relation)
+                seed, seed_kind = (ans.sigma, "table") if ans.sigma < est else (est, "gdp (table cap)")
         except (ValueError, KeyError):
             seed = None
     if seed is None:
@@ -257,7 +262,13 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     r1 = float(pts[0][1].upper - pts[0][1].lower) / mid(pts[0][1])
     r2 = width_now / mid(pts[-1][1])
     structural = 0.0
-    if len(pts) > 1 and interval is None and math.isfinite(r1) and math.isfinite(r2) and r1 > 0:
+    # relative widths also change with sigma: compare them only when the two sigmas are
+    # close, or where a structurally loose lower bound is known (WOR substitution: the
+    # max-profile upper bound against the remove-at-2D lower bound)
+    comparable = (len(pts) > 1 and abs(math.log(pts[-1][0] / pts[0][0])) < 0.1) or (
+        samp == "wor" and relation == "substitution")
+    if (comparable and len(pts) > 1 and interval is None and math.isfinite(r1) and math.isfinite(r2)
+            and r1 > 0):
         a_rel = max(r1 - max(r2 - r1, 0.0) / 3.0, 0.0)
         if a_rel > 0.25 * r1:  # under h^2 scaling r2 ~ 4 r1, so a_rel ~ 0
             structural = a_rel * mid(pts[-1][1])
