@@ -18,13 +18,53 @@ curves of a composition are.
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy import signal
 
 __all__ = ["DiscretePLD", "GridMeasure"]
+
+
+@functools.lru_cache(maxsize=8)
+def _block_weights(h: float, L: int) -> np.ndarray:
+    w = np.exp(-h * np.arange(L))
+    w.flags.writeable = False
+    return w
+
+
+def _discounted_tail_sums(m: np.ndarray, h: float) -> np.ndarray:
+    """B_i = sum_{j >= i} m_j e^{-(j - i) h} for non-negative m (h > 0).
+
+    Blocks of L points with L h <= 30: inside a block, weights e^{-(j - s) h} >= e^{-30}
+    (s the block start) turn the sum into a right-to-left cumulative sum of non-negative
+    terms, divided back by the weight at i; each block then adds the next block's total,
+    decayed over the gap.  All terms are non-negative, so the relative error is at most
+    about L units of round-off, as for a plain right-to-left recursion; masses below
+    ~1e-295 may underflow inside a block (they are below anything certified downstream).
+    Replaces ``scipy.signal.lfilter``, whose import cost ~0.8 s of every command's start-up.
+    """
+    m = np.asarray(m, dtype=float)
+    n = m.size
+    if n == 0:
+        return m.copy()
+    L = max(1, min(n, int(30.0 / h)))
+    nb = -(-n // L)
+    M = np.zeros(nb * L)
+    M[:n] = m
+    M = M.reshape(nb, L)
+    w = _block_weights(float(h), L)                          # e^{-(j - s) h}
+    local = np.cumsum((M * w)[:, ::-1], axis=1)[:, ::-1] / w  # sums inside each block
+    if nb > 1:
+        gap = math.exp(-h) * w[::-1]                         # e^{-(s_next - i) h}
+        carry = 0.0
+        for k in range(nb - 1, -1, -1):
+            if carry:
+                local[k] += gap * carry
+            carry = local[k, 0]
+    return local.reshape(-1)[:n].copy()
 
 
 @dataclass(frozen=True)
@@ -58,7 +98,7 @@ class GridMeasure:
         A = np.zeros(n + 1)
         B = np.zeros(n + 1)
         A[:n] = np.cumsum(m[::-1])[::-1]
-        B[:n] = signal.lfilter([1.0], [1.0, -np.exp(-self.h)], m[::-1])[::-1]
+        B[:n] = _discounted_tail_sums(m, self.h)
         # curve at grid points: D_i = const + A_{i+1} - e^{-h} B_{i+1}
         D = self.const + A[1:] - np.exp(-self.h) * B[1:]
         D = np.minimum.accumulate(np.maximum(D, 0.0))  # enforce monotone in float
