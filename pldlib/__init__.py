@@ -9,11 +9,14 @@ Public API (thin re-exports over the modules that hold the maths):
 * building blocks: :mod:`pldlib.profiles` (hockey-stick curves),
   :mod:`pldlib.discretize` (connect-the-dots, convex hull, privacy buckets),
   :mod:`pldlib.composition` (certified FFT composition), :mod:`pldlib.pld`.
+* lookup tables: ``pldlib.tables.open(path).sigma_for(epsilon, delta, q, steps, ...)``
+  (:mod:`pldlib.tables`: certified sigmas without running an accountant)
 """
 from .accountant import Estimate, Interval, PLDAccountant, PrecisionLimitError, account, account_steps
 from .calibrate import CalibrationResult, calibrate, get_noise_multiplier
 from .composition import GridTooLargeError
 from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
+from . import tables  # noqa: F401  (pldlib.tables.open(path): certified sigma lookup tables)
 from .profiles import (
     GaussianProfile,
     LaplaceProfile,

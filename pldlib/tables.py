@@ -13,14 +13,16 @@ epsilon down -- and the sigma stored there is certified for the query as well.
 A query outside the grid raises :class:`TableRangeError` naming the argument;
 sampling and relation must match a table entry exactly.
 
-Tables are built by the sweep workflow (``python -m sweeps.tables run
-configs/sigma_table.yaml``, see :mod:`sweeps.tables`) and stored as zarr.
+Tables are built by the sweep workflow (``sweeps run configs/sigma_table.yaml``,
+a config with ``kind: sigma_table``; see :mod:`sweeps.tables`) and stored as zarr.
 
 Examples
 --------
->>> t = open_table("results/sigma_table/sigma_table.zarr")
+>>> import pldlib.tables
+>>> t = pldlib.tables.open("results/sigma_table/sigma_table.zarr")   # = open_table(...)
 >>> a = t.sigma_for(epsilon=3.0, delta=1e-6, q=0.004, steps=20_000)
->>> a.sigma, a.rounding["q"]          # (..., (0.004, 0.00518..., 'up'))
+>>> a.sigma, a.rounding["q"]          # (2.07..., (0.004, 0.005, 'up'))
+>>> a.describe()   # 'epsilon=3 -> 2 (down), delta=1e-06, q=0.004 -> 0.005 (up), steps=20000 -> 30000 (up)'
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import numpy as np
 
 from . import _validate as V
 
-__all__ = ["SigmaTable", "TableAnswer", "TableRangeError", "open_table", "default_table_path",
+__all__ = ["SigmaTable", "TableAnswer", "TableRangeError", "open", "open_table", "default_table_path",
            "TABLE_DIMS", "TABLE_KIND", "invert_on_safe_side"]
 
 #: dimension order of a table's variables
@@ -207,6 +209,12 @@ def open_table(path) -> SigmaTable:
         warnings.simplefilter("ignore")
         ds = xr.open_zarr(p, consolidated=False).load()
     return SigmaTable(ds)
+
+
+#: ``pldlib.tables.open(path)``: the same as :func:`open_table` (the name issue #7 uses).
+#: It shadows the builtin ``open`` inside this module only -- code here that reads a
+#: file must call ``builtins.open``.
+open = open_table  # noqa: A001
 
 
 def default_table_path() -> str | None:

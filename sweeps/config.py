@@ -43,7 +43,8 @@ import numpy as np
 import yaml
 
 __all__ = [
-    "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable",
+    "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
+    "config_kind",
     "AXES", "MECHANISMS", "SAMPLINGS", "RELATIONS",
 ]
 
@@ -344,6 +345,12 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
 
     if not isinstance(data, dict):
         raise ConfigError("config", f"must be a mapping of keys (name, grid, ...), got {type(data).__name__}")
+    if "kind" in data:  # only table configs have one; say so instead of "unknown key"
+        if config_kind(data) == "sigma_table":
+            raise ConfigError("kind", "this is a sigma table config (kind: sigma_table), not a sweep: build "
+                                      "it with `sweeps run CONFIG` or `python -m sweeps.tables run CONFIG`")
+        raise ConfigError("kind", f"unknown config kind {data['kind']!r} (a sweep config has no kind:; "
+                                  "a table config has kind: sigma_table)")
     for k in data:
         if k not in TOP_KEYS:
             raise ConfigError(str(k), f"unknown key (known: {', '.join(TOP_KEYS)})")
@@ -448,6 +455,17 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
 
 def load_config(path: str | os.PathLike, quick: bool = False) -> SweepConfig:
     """Read and validate a YAML config file (``quick``: its ``quick:`` variant)."""
+    return parse_config(read_config_data(path), source=str(Path(path)), quick=quick)
+
+
+def config_kind(data) -> str:
+    """``'sigma_table'`` for a table config (``kind: sigma_table``, built by
+    :mod:`sweeps.tables`), else ``'sweep'`` (a sweep config has no ``kind:``)."""
+    return "sigma_table" if isinstance(data, dict) and data.get("kind") == "sigma_table" else "sweep"
+
+
+def read_config_data(path: str | os.PathLike):
+    """The YAML data of a config file, unvalidated (ConfigError if unreadable or not YAML)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -460,7 +478,7 @@ def load_config(path: str | os.PathLike, quick: bool = False) -> SweepConfig:
         where = getattr(e, "problem_mark", None)
         at = f" (line {where.line + 1})" if where is not None else ""
         raise ConfigError("config", f"{str(p)!r} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
-    return parse_config(data, source=str(p), quick=quick)
+    return data
 
 
 def check_store_writable(store: str) -> None:

@@ -8,7 +8,8 @@ targets and mechanism settings::
     store: results/sigma_table/sigma_table.zarr
     grid: {epsilon: [...], delta: [...], q: [...], steps: [...],
            sampling: [poisson, wor], relation: [add_remove]}
-    options: {sigma_ratio: 1.25, sigma_min: 0.1, sigma_max: 20000, refine: 2, margin: 0.002}
+    options: {sigma_ratio: 1.25, sigma_min: 0.1, sigma_max: 20000, refine: 2, margin: 0.002,
+              eps_lower: true}
 
 Plan -> tasks -> chunks: one task per ``(q, sampling, relation)`` row answers
 every (epsilon, delta, steps) of that row, and is exactly one zarr chunk of
@@ -18,26 +19,44 @@ whose status is ok are kept; a store made from another config is refused.
 
 What one row task does, for each steps value k (MATH.md section 9):
 
-1. **eps cube** -- the certified PLD interval eps(delta) for all deltas at once,
+1. **eps cube** -- the certified PLD *upper* bound eps(delta) for all deltas at once,
    on a geometric sigma grid (ratio ``sigma_ratio``) that brackets every target:
    seeded by the Gaussian-DP (CLT) estimate for the largest and the smallest
    target, then extended until each target has a feasible grid sigma (certified
-   upper <= target) and, where the lower bound allows, an infeasible one;
+   upper <= target) with a grid sigma below it whose upper bound exceeds the target;
 2. **inversion on the safe side** (:func:`pldlib.tables.invert_on_safe_side`): the
    smallest grid sigma whose certified upper meets the target;
-3. **refinement** (``refine`` rounds): for each target, the sigma where the
-   log-log interpolation of the upper bound between the bracketing grid points
-   meets ``target * (1 - margin)`` is evaluated, all evaluations join the cube
-   and the inversion is redone.  Every stored sigma is a point where the
-   accountant certified upper eps <= target; interpolation only proposes.
+3. **refinement** (up to ``refine`` rounds): for each target not yet within
+   ``margin`` of its bracket (in sigma) or two margins of the target (in eps),
+   regula falsi (Illinois rule) in log eps vs log sigma between the bracketing
+   points proposes the sigma where the upper bound meets ``target * (1 - margin)``;
+   the proposals are evaluated, join the cube, and the inversion is redone.  Every
+   stored sigma is a point where the accountant certified upper eps <= target;
+   interpolation only proposes;
+4. **lower bounds** (``eps_lower: true``): one full evaluation per distinct stored
+   sigma at spacing min(:data:`LOWER_SPACING` x the search spacing, |ln(1-q)|/2)
+   gives ``eps_lower`` and ``sigma_infeasible`` (the largest of those sigmas whose
+   certified lower bound exceeds the target: loose, it is another target's sigma).
+   Skipped (NaN) where that spacing would be finer than the search spacing (tiny
+   q: resolving the optimistic side there would cost more than the search), and
+   NaN where the lower bound found is not positive (uninformative).
 
-The PLD interval for the cube uses the library's accuracy rule without the
-optimistic-side edge constraint (which forces tiny grids for tiny q): the
-upper bounds stay certified and tight, the lower bounds (used only for
-``sigma_infeasible``) may be loose.
+Steps 1-3 evaluate the pessimistic side only (``pldlib.account(...,
+lower_bound=False)``: about half the work of a full evaluation) on the grid
+spacing :func:`pldlib.calibrate.upper_interval` (the library's accuracy rule
+without the optimistic-side constraint h <= |ln(1-q)|/2, which forces tiny
+grids for tiny q): the upper bounds are certified at any spacing and tight at
+this one.  A delta that cannot be certified at some sigma (floating-point
+round-off, e.g. delta = 1e-8 with 1e5+ steps) is NaN there without losing the
+other deltas.
 
-Run: ``python -m sweeps.tables run CONFIG [--workers N] [--scheduler ADDR]
-[--store PATH] [--restart]`` and ``python -m sweeps.tables show STORE``.
+Run: ``sweeps run CONFIG [--workers N] [--scheduler ADDR] [--store PATH]
+[--restart] [--retries N]`` (or ``python -m sweeps.tables run CONFIG ...``);
+``sweeps status STORE`` / ``sweeps show STORE [--sel epsilon=1 ...]`` (or
+``python -m sweeps.tables show STORE``).  A build exits 1 when some entries have
+no certified sigma (listed as notes by ``status``).  ``python -m sweeps.tables
+verify STORE`` re-checks random off-grid queries with the accountant at its default
+accuracy and compares entries with ``pldlib.calibrate`` (:func:`verify_table`).
 """
 from __future__ import annotations
 
@@ -67,11 +86,16 @@ def _quiet():
         warnings.filterwarnings("ignore", message=".*does not have a Zarr V3 specification.*")
         yield
 
-__all__ = ["TableConfig", "load_table_config", "parse_table_config", "compute_row", "build_table", "main"]
+__all__ = ["TableConfig", "load_table_config", "parse_table_config", "compute_row", "build_table", "main",
+           "is_table_store", "summary", "show_text", "entry_counts", "verify_table"]
 
 TABLE_AXES = ("epsilon", "delta", "q", "steps", "sampling", "relation")
 DEFAULT_OPTIONS = {"sigma_ratio": 1.25, "sigma_min": 0.1, "sigma_max": 2.0e4, "refine": 2,
-                   "margin": 2.0e-3, "max_bins": None}
+                   "margin": 2.0e-3, "max_bins": None, "eps_lower": True}
+#: the full evaluation that gives a stored sigma its ``eps_lower`` uses at most this many
+#: times the upper-bound spacing of the search, at most |ln(1-q)|/2 (the accountant's rule
+#: for the optimistic side) and never less than the search spacing (else it is skipped)
+LOWER_SPACING = 4.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +151,11 @@ def parse_table_config(data, source: str | None = None) -> TableConfig:
     for k, v in given.items():
         if k not in DEFAULT_OPTIONS:
             raise ConfigError(f"options.{k}", f"unknown option (known: {', '.join(DEFAULT_OPTIONS)})")
+        if k == "eps_lower":
+            if not isinstance(v, bool):
+                raise ConfigError(f"options.{k}", f"must be true or false, got {v!r}")
+            opts[k] = v
+            continue
         if k in ("refine", "max_bins"):
             if v is None and k == "max_bins":
                 opts[k] = None
@@ -149,16 +178,9 @@ def parse_table_config(data, source: str | None = None) -> TableConfig:
 
 
 def load_table_config(path) -> TableConfig:
-    import yaml
+    from .config import read_config_data
 
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError("config", f"cannot read {os.fspath(path)!r}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError("config", f"{os.fspath(path)!r} is not valid YAML: {e}") from None
-    return parse_table_config(data, source=os.fspath(path))
+    return parse_table_config(read_config_data(path), source=os.fspath(path))
 
 
 # -- the row task ------------------------------------------------------------------
@@ -184,8 +206,16 @@ def seed_sigma(epsilon, delta, q, steps, sampling, relation) -> float:
 
 def compute_row(q: float, sampling: str, relation: str, steps, deltas, epsilons, options: dict) -> dict:
     """One row of the table: arrays of shape (epsilon, delta, steps).  Never raises for
-    a cell's own failure: cells without a certified sigma are NaN with a note."""
+    a cell's own failure: cells without a certified sigma are NaN with a note.
+
+    The search and the refinement use *upper-only* evaluations (``pldlib.account(...,
+    lower_bound=False)``, the pessimistic side only: about half the work) at the
+    upper-bound spacing :func:`pldlib.calibrate.upper_interval`; the inversion needs
+    nothing else.  With ``options["eps_lower"]`` every distinct stored sigma then gets one
+    full evaluation (step 4 of the module doc) for ``eps_lower`` and ``sigma_infeasible``.
+    """
     import pldlib
+    from pldlib.tables import invert_on_safe_side
 
     E, D, K = len(epsilons), len(deltas), len(steps)
     deltas = np.asarray(deltas, dtype=float)
@@ -193,96 +223,173 @@ def compute_row(q: float, sampling: str, relation: str, steps, deltas, epsilons,
     out["evaluations"] = np.zeros(K, dtype=np.int32)
     notes = []
     r, smin, smax = options["sigma_ratio"], options["sigma_min"], options["sigma_max"]
+    margin = options["margin"]
     kw = {"max_bins": options["max_bins"]} if options.get("max_bins") else {}
+    errors = (pldlib.PrecisionLimitError, pldlib.GridTooLargeError, OverflowError, FloatingPointError,
+              ValueError, MemoryError)
     for ik, k in enumerate(steps):
         k = int(k)
-        pts: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+        pts: dict[float, np.ndarray] = {}  # sigma -> certified upper eps for every delta
+        n_full = 0
+
+        def evaluate(s, full):
+            """(lower, upper) eps for every delta; a delta that cannot be certified at this
+            sigma (PrecisionLimitError) is NaN without losing the others.  A full evaluation
+            whose optimistic side cannot be resolved at the coarse spacing returns None."""
+            mech = _mechanism(s, q, sampling, relation)
+            h = _cube_interval(mech, k)
+            if full:
+                # the optimistic side needs h <= |ln(1-q)|/2 (the accountant's own rule); a full
+                # evaluation finer than the search spacing is not cheap: skip it (NaN)
+                h_l = LOWER_SPACING * h if q >= 1.0 else min(LOWER_SPACING * h, 0.5 * abs(math.log1p(-q)))
+                if h_l < h:
+                    return None
+                h = h_l
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                acc = pldlib.account(mech, steps=k, interval=h, lower_bound=full, **kw)
+                try:
+                    iv = acc.epsilon(deltas)
+                    return np.asarray(iv.lower, dtype=float), np.asarray(iv.upper, dtype=float)
+                except pldlib.PrecisionLimitError as e:
+                    lo, up = np.full(D, np.nan), np.full(D, np.nan)
+                    for j, d in enumerate(deltas):
+                        try:
+                            iv = acc.epsilon(float(d))
+                            lo[j], up[j] = iv.lower, iv.upper
+                        except pldlib.PrecisionLimitError as e:
+                            notes.append(f"steps={k} sigma={s:.6g} delta={d:g}: {str(e)[:160]}")
+                    if not np.isfinite(up).any():
+                        raise
+                    return lo, up
 
         def ev(s):
             s = float(min(max(s, smin), smax))
-            if s in pts:
-                return pts[s]
-            mech = _mechanism(s, q, sampling, relation)
-            try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    acc = pldlib.account(mech, steps=k, interval=_cube_interval(mech, k), **kw)
-                    iv = acc.epsilon(deltas)
-                v = (np.asarray(iv.lower, dtype=float), np.asarray(iv.upper, dtype=float))
-            except (pldlib.PrecisionLimitError, pldlib.GridTooLargeError, OverflowError,
-                    FloatingPointError, ValueError) as e:
-                notes.append(f"steps={k} sigma={s:.6g}: {type(e).__name__}: {str(e)[:160]}")
-                v = (np.full(D, np.nan), np.full(D, np.nan))
-            pts[s] = v
-            return v
+            if s not in pts:
+                try:
+                    pts[s] = evaluate(s, False)[1]
+                except errors as e:
+                    notes.append(f"steps={k} sigma={s:.6g}: {type(e).__name__}: {str(e)[:160]}")
+                    pts[s] = np.full(D, np.nan)
+            return pts[s]
 
         def arrays():
             ss = np.array(sorted(pts))
-            return ss, np.array([pts[s][0] for s in ss]), np.array([pts[s][1] for s in ss])
+            return ss, np.array([pts[s] for s in ss])
 
+        def first_feasible(ss, up, e, j):
+            return invert_on_safe_side(ss, up[:, j], np.full(len(ss), -np.inf), e)[0]
+
+        # 1. the eps cube on a geometric sigma grid bracketing every target
         s_hi = seed_sigma(min(epsilons), float(deltas.min()), q, k, sampling, relation)
         s_lo = seed_sigma(max(epsilons), float(deltas.max()), q, k, sampling, relation)
         n = max(2, int(math.ceil(math.log(max(s_hi, s_lo * r) / s_lo) / math.log(r))) + 1)
         for s in s_lo * r ** np.arange(-1, n + 1):
             ev(s)
-        # extend until every target has a feasible and (where possible) an infeasible point
+        # extend until every target has a feasible point (certified upper <= target) with
+        # an infeasible-looking one (upper > target) below it
         for _ in range(40):
-            ss, lo, up = arrays()
-            need_up = any(not np.any(up[:, j] <= e) for e in epsilons for j in range(D))
-            need_down = any(not np.any(lo[:, j] > e) for e in epsilons for j in range(D))
+            ss, up = arrays()
             moved = False
-            if need_up and ss[-1] < smax:
+            if any(not np.any(up[:, j] <= e) for e in epsilons for j in range(D)) and ss[-1] < smax:
                 ev(ss[-1] * r * r)
                 moved = True
-            # below: only while the smallest point is still feasible for some target
-            feas_at_min = np.any(np.isfinite(up[0]) & (up[0] <= max(epsilons)))
-            if (need_down or feas_at_min) and ss[0] > smin and (feas_at_min or np.isfinite(up[0]).any()):
-                if feas_at_min or np.all(np.isfinite(lo[0])):
-                    ev(ss[0] / (r * r))
-                    moved = True
+            if np.any(np.isfinite(up[0]) & (up[0] <= max(epsilons))) and ss[0] > smin:
+                ev(ss[0] / (r * r))
+                moved = True
             if not moved:
                 break
-        for rnd in range(int(options["refine"])):
-            ss, lo, up = arrays()
+        # 2.-3. invert on the safe side and refine.  The root of the upper curve inside the
+        # bracket (s0: upper > target, s1: certified upper <= target) is estimated by inverse
+        # quadratic interpolation of log sigma in log eps through the bracket and its nearest
+        # neighbour, else linearly (Illinois rule: a bracket end kept from the previous round
+        # has its weight halved, so a curved eps(sigma) cannot pin it).  A target whose
+        # estimated root is within `margin` below s1 is done; otherwise root * (1 + margin/2)
+        # is evaluated.
+        kept_end: dict = {}
+        lm = math.log1p(margin)
+        for _ in range(int(options["refine"])):
+            ss, up = arrays()
             cands = set()
             for e in epsilons:
-                goal = e * (1.0 - options["margin"])
+                le = math.log(e)
                 for j in range(D):
-                    i_f, _ = pldlib.tables.invert_on_safe_side(ss, up[:, j], lo[:, j], e)
+                    i_f = first_feasible(ss, up, e, j)
                     if i_f is None or i_f == 0:
                         continue
                     s0, s1, u0, u1 = ss[i_f - 1], ss[i_f], up[i_f - 1, j], up[i_f, j]
-                    if s1 / s0 < 1.0 + 1e-3 or not (np.isfinite(u0) and u0 > e >= u1 > 0):
-                        continue
-                    if rnd == 0 and u0 > goal >= u1:  # interpolate log eps vs log sigma
-                        t = (math.log(goal) - math.log(u0)) / (math.log(u1) - math.log(u0))
-                        cands.add(float(math.exp(math.log(s0) + t * (math.log(s1) - math.log(s0)))))
-                    else:  # later rounds: bisect the remaining bracket in log sigma
+                    if not np.isfinite(u0) and u1 > 0 and s1 / s0 > 1.0 + margin:
+                        # no certified value below s1 (e.g. round-off at tiny delta): bisect
                         cands.add(float(math.sqrt(s0 * s1)))
+                        continue
+                    if not (np.isfinite(u0) and u0 > e >= u1 > 0):
+                        continue
+                    x0, x1, y0, y1 = math.log(s0), math.log(s1), math.log(u0), math.log(u1)
+                    f0, f1 = y0 - le, y1 - le
+                    prev = kept_end.get((e, j))
+                    n_kept = prev[2] + 1 if prev is not None and (prev[0] == s0 or prev[1] == s1) else 0
+                    if n_kept and prev[0] == s0:
+                        f0 *= 0.5 ** n_kept
+                    elif n_kept:
+                        f1 *= 0.5 ** n_kept
+                    kept_end[(e, j)] = (s0, s1, n_kept)
+                    root = x0 + f0 / (f0 - f1) * (x1 - x0)
+                    third = [i for i in (i_f - 2, i_f + 1)
+                             if 0 <= i < len(ss) and np.isfinite(up[i, j]) and up[i, j] > 0]
+                    if third:
+                        i2 = min(third, key=lambda i: abs(math.log(ss[i]) - 0.5 * (x0 + x1)))
+                        pts3 = sorted([(x0, y0), (x1, y1), (math.log(ss[i2]), math.log(up[i2, j]))])
+                        xs, ys = [p[0] for p in pts3], [p[1] for p in pts3]
+                        if ys[0] > ys[1] > ys[2]:  # decreasing: log sigma is a function of log eps
+                            x_iqi = sum(xs[a] * math.prod((le - ys[b]) / (ys[a] - ys[b]) for b in range(3)
+                                                          if b != a) for a in range(3))
+                            if x0 < x_iqi < x1:
+                                root = x_iqi
+                    if x1 - root <= lm:
+                        continue  # s1 is within a margin of the estimated root
+                    c = min(max(root + 0.5 * lm, x0 + 0.02 * (x1 - x0)), x0 + 0.98 * (x1 - x0))
+                    cands.add(float(math.exp(c)))
             if not cands:
                 break
             kept = []
-            for c in sorted(cands):  # candidates within 0.05% of each other: evaluate one
-                if not kept or c > kept[-1] * 1.0005:
+            for c in sorted(cands):  # candidates within 0.01% of each other: evaluate one
+                if not kept or c > kept[-1] * 1.0001:
                     kept.append(c)
             for c in kept:
                 ev(c)
-        ss, lo, up = arrays()
-        out["evaluations"][ik] = len(ss)
+        ss, up = arrays()
+        chosen = {}
         for ie, e in enumerate(epsilons):
             for j in range(D):
-                i_f, i_i = pldlib.tables.invert_on_safe_side(ss, up[:, j], lo[:, j], e)
-                if i_f is not None:
-                    if i_f == 0 and ss[0] > smin * (1 + 1e-12):
-                        pass  # the grid did not reach below: still certified, maybe not tight
-                    out["sigma"][ie, j, ik] = ss[i_f]
-                    out["eps_upper"][ie, j, ik] = up[i_f, j]
-                    out["eps_lower"][ie, j, ik] = lo[i_f, j]
-                else:
-                    notes.append(f"steps={k} eps={e:g} delta={deltas[j]:g}: no sigma <= "
-                                 f"{smax:g} certified")
-                if i_i is not None:
-                    out["sigma_infeasible"][ie, j, ik] = ss[i_i]
+                i_f = first_feasible(ss, up, e, j)
+                if i_f is None:
+                    notes.append(f"steps={k} eps={e:g} delta={deltas[j]:g}: no sigma <= {smax:g} certified")
+                    continue
+                out["sigma"][ie, j, ik] = ss[i_f]
+                out["eps_upper"][ie, j, ik] = up[i_f, j]
+                chosen.setdefault(float(ss[i_f]), []).append((ie, j))
+        # 4. certified lower bounds at the stored sigmas: one full evaluation each, coarser
+        if options.get("eps_lower", True):
+            lows = {}
+            for s in sorted(chosen):
+                try:
+                    v = evaluate(s, True)
+                    if v is not None:
+                        lows[s] = v[0]
+                        n_full += 1
+                except errors as e:
+                    notes.append(f"steps={k} sigma={s:.6g} (lower bound): {type(e).__name__}: {str(e)[:120]}")
+            for s, cells in chosen.items():
+                if s in lows:
+                    for ie, j in cells:
+                        lo = lows[s][j]
+                        out["eps_lower"][ie, j, ik] = lo if lo > 0 else np.nan
+            for ie, e in enumerate(epsilons):  # largest evaluated sigma certified NOT to meet e
+                for j in range(D):
+                    bad = [s for s, lo in lows.items() if np.isfinite(lo[j]) and lo[j] > e]
+                    if bad:
+                        out["sigma_infeasible"][ie, j, ik] = max(bad)
+        out["evaluations"][ik] = len(pts) + n_full
     out["error"] = "; ".join(dict.fromkeys(notes))[:2000]
     return out
 
@@ -328,9 +435,12 @@ def _skeleton(cfg: TableConfig):
             "sigma": var(np.float64, np.nan, {"long_name": "certified noise multiplier: PLD upper "
                                               "eps(delta) <= epsilon verified at this grid point"}),
             "eps_upper": var(np.float64, np.nan, {"long_name": "certified upper eps at sigma"}),
-            "eps_lower": var(np.float64, np.nan, {"long_name": "certified lower eps at sigma"}),
+            "eps_lower": var(np.float64, np.nan, {"long_name": "certified lower eps at sigma (one full "
+                                                  "evaluation at a spacing of 1-4x the search's); NaN where "
+                                                  "skipped (tiny q), not positive, or not computed"}),
             "sigma_infeasible": var(np.float64, np.nan, {"long_name": "a sigma certified NOT to meet the "
-                                                         "target (lower eps > epsilon); NaN if unknown"}),
+                                                         "target (lower eps > epsilon), from the lower-bound "
+                                                         "evaluations (loose); NaN if unknown"}),
             "status": var(np.int8, 0, {"codes": "0 missing, 1 ok, 2 failed (no certified sigma)"}),
             "seconds": (rdims, da.full((Q, S, R), np.nan, chunks=(1, 1, 1)), {"units": "s",
                                                                               "long_name": "row compute time"}),
@@ -403,8 +513,10 @@ def _write_row(store: str, idx: tuple, res: dict) -> None:
 
 
 def build_table(cfg: TableConfig | str, *, store: str | None = None, client=None, workers: int | None = None,
-                scheduler: str | None = None, restart: bool = False, progress: bool = True, say=print) -> str:
-    """Build (or resume) a sigma table; returns the store path."""
+                scheduler: str | None = None, restart: bool = False, progress: bool = True, say=print,
+                retries: int = 2) -> str:
+    """Build (or resume) a sigma table; returns the store path.  ``retries``: Dask retries
+    of a row task after a transient error (a lost worker)."""
     from distributed import as_completed
 
     from .execute import Progress, make_client
@@ -419,8 +531,8 @@ def build_table(cfg: TableConfig | str, *, store: str | None = None, client=None
         f"{len(rows)} to compute -> {store}")
     if not rows:
         return store
-    own = None
-    if client is None:
+    own, made = None, client is None
+    if made:  # our own client (to --scheduler, or to an embedded cluster): closed below
         client, own, desc = make_client(scheduler, workers, max_needed=len(rows))
         say(f"running on {desc}")
     ax = cfg.axes
@@ -430,7 +542,7 @@ def build_table(cfg: TableConfig | str, *, store: str | None = None, client=None
             spec = {"index": idx, "q": ax["q"][idx[0]], "sampling": ax["sampling"][idx[1]],
                     "relation": ax["relation"][idx[2]], "steps": list(ax["steps"]), "deltas": list(ax["delta"]),
                     "epsilons": list(ax["epsilon"]), "options": cfg.options}
-            futs[client.submit(_row_task, spec, pure=False, retries=2)] = idx
+            futs[client.submit(_row_task, spec, pure=False, retries=retries)] = idx
         bar = Progress(len(rows), enabled=progress)
         for fut in as_completed(futs):
             idx = futs[fut]
@@ -444,28 +556,182 @@ def build_table(cfg: TableConfig | str, *, store: str | None = None, client=None
             _write_row(store, idx, res)
             bar.update(failed=not np.all(np.isfinite(res["sigma"])))
     finally:
-        if own is not None:
+        if made:
             client.close()
+        if own is not None:
             own.close()
     return store
 
 
-def summary(store: str) -> str:
-    """A short text summary of a table store."""
+def is_table_store(path: str) -> bool:
+    """Whether ``path`` holds a sigma table store (zarr attrs ``kind: pldlib.sigma_table``)."""
+    from pldlib.tables import TABLE_KIND
+
+    from .store import read_attrs
+
+    attrs = read_attrs(path) if path and ("://" in path or os.path.exists(path)) else None
+    return bool(attrs) and attrs.get("kind") == TABLE_KIND
+
+
+def _open(store: str):
     import xarray as xr
 
+    if not is_table_store(store):
+        raise ConfigError("store", f"{store!r} is not a sigma table store (nothing there, or not a "
+                                   "pldlib.sigma_table)")
     with _quiet():
-        ds = xr.open_zarr(store, chunks=None, consolidated=False)
+        return xr.open_zarr(store, chunks=None, consolidated=False)
+
+
+def entry_counts(store: str) -> dict:
+    """``{"ok": n, "failed": n, "missing": n, "total": n}`` over the table's entries."""
+    st = np.asarray(_open(store)["status"].values)
+    return {"ok": int((st == 1).sum()), "failed": int((st == 2).sum()), "missing": int((st == 0).sum()),
+            "total": int(st.size)}
+
+
+def summary(store: str) -> str:
+    """A short text summary of a table store."""
+    ds = _open(store)
     st = np.asarray(ds["status"].values)
     lines = [f"{store}: {ds.attrs.get('name')} ({ds.attrs.get('kind')})",
              "  " + ", ".join(f"{d}: {ds.sizes[d]}" for d in TABLE_AXES),
              f"  entries: {int((st == 1).sum())} ok, {int((st == 2).sum())} failed, {int((st == 0).sum())} missing",
              f"  compute time: {float(np.nansum(ds['seconds'].values)):.1f} s over "
-             f"{int(np.isfinite(ds['seconds'].values).sum())} rows"]
+             f"{int(np.isfinite(ds['seconds'].values).sum())} rows",
+             "  look-ups: pldlib.tables.open(STORE).sigma_for(epsilon, delta, q, steps, sampling, relation); "
+             "sigma by steps x q: sweeps show STORE [--sel epsilon=1 delta=1e-6 ...]"]
     errs = [e for e in np.asarray(ds["error"].values).ravel() if e]
     for e in errs[:5]:
         lines.append(f"  note: {e[:200]}")
     return "\n".join(lines)
+
+
+def show_text(store: str, sel_items=(), max_tables: int = 50) -> str:
+    """Certified sigma, steps x q, one table per remaining (epsilon, delta, sampling,
+    relation) after ``sel_items`` (``["epsilon=1", "delta=1e-6"]``; numbers match within 1%).
+    ``-`` marks an entry without a certified sigma."""
+    ds = _open(store)
+    for it in sel_items or ():
+        if "=" not in it:
+            raise ConfigError("--sel", f"{it}: expected key=value (e.g. epsilon=1)")
+        k, v = (x.strip() for x in it.split("=", 1))
+        if k not in TABLE_AXES:
+            raise ConfigError("--sel", f"{it}: unknown dimension {k!r} of a sigma table (use {', '.join(TABLE_AXES)})")
+        vals = list(ds.indexes[k])
+        if k in ("sampling", "relation"):
+            if v not in vals:
+                raise ConfigError("--sel", f"{k}={v}: no such value (have {', '.join(map(str, vals))})")
+            pick = v
+        else:
+            try:
+                x = float(v)
+            except ValueError:
+                raise ConfigError("--sel", f"{k}={v}: not a number") from None
+            arr = np.asarray(vals, dtype=float)
+            i = int(np.argmin(np.abs(arr - x)))
+            if not math.isclose(arr[i], x, rel_tol=0.01):
+                raise ConfigError("--sel", f"{k}={v}: no such value (have {', '.join(f'{a:g}' for a in arr)})")
+            pick = vals[i]
+        ds = ds.sel({k: [pick]})
+    other = ("epsilon", "delta", "sampling", "relation")
+    combos = [(a, b, c, d) for a in ds.indexes["epsilon"] for b in ds.indexes["delta"]
+              for c in ds.indexes["sampling"] for d in ds.indexes["relation"]]
+    if len(combos) > max_tables:
+        raise ConfigError("--sel", f"{len(combos)} tables would be printed (at most {max_tables}); narrow it "
+                                   "with --sel, e.g. epsilon=1 delta=1e-6")
+    from .report import _grid_table
+
+    lines = []
+    for combo in combos:
+        sub = ds.sel(dict(zip(other, combo)))
+        lines.append(f"certified sigma: epsilon={combo[0]:g} delta={combo[1]:g} sampling={combo[2]} "
+                     f"relation={combo[3]}")
+        sig = sub["sigma"].transpose("steps", "q").values
+        st = sub["status"].transpose("steps", "q").values
+        cells = [[f"{sig[i, j]:.5g}" if st[i, j] == 1 and np.isfinite(sig[i, j]) else "-"
+                  for j in range(sig.shape[1])] for i in range(sig.shape[0])]
+        lines += _grid_table("steps", [str(k) for k in ds.indexes["steps"]],
+                             [f"q={x:g}" for x in ds.indexes["q"]], cells)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def verify_table(store: str, queries: int = 25, grid_points: int = 25, seed: int = 0, say=print) -> dict:
+    """Re-check a table with the accountant (independently of how it was built).
+
+    ``queries`` random off-grid queries (epsilon, delta, q, steps log-uniform over the
+    table's ranges, sampling and relation uniform): the answered sigma must have a
+    certified upper eps(delta) <= epsilon at the accountant's *default* accuracy
+    (a violation otherwise); its ratio to ``pldlib.calibrate(tol=1e-3,
+    certify_lower=False)`` (certified, and within about tol of the root of the upper
+    curve) for the same query shows what the safe-side rounding costs.  ``grid_points`` random grid points:
+    table sigma / calibrated sigma (the tightness of the entries themselves).
+    """
+    import pldlib
+    from pldlib.tables import open_table
+
+    t = open_table(store)
+    ax = t.axes
+    rng = np.random.default_rng(seed)
+
+    def logu(lo, hi):
+        return float(10 ** rng.uniform(math.log10(lo), math.log10(hi)))
+
+    def calibrated(e, d, q, k, samp, rel):
+        try:
+            return pldlib.calibrate(e, d, q, k, sampling=samp, relation=rel, tol=1e-3, certify_lower=False).sigma
+        except Exception:  # noqa: BLE001 - reported as NaN
+            return float("nan")
+
+    rec = {"violations": 0, "checked": 0, "unanswered": 0, "uncheckable": 0, "off_grid_ratio": [],
+           "grid_ratio": [], "worst_margin": None, "rows": []}
+    for _ in range(queries):
+        e = logu(ax["epsilon"].min(), ax["epsilon"].max())
+        d = logu(ax["delta"].min(), ax["delta"].max())
+        q = logu(ax["q"].min(), ax["q"].max())
+        k = int(round(logu(ax["steps"].min(), ax["steps"].max())))
+        samp = str(rng.choice(ax["sampling"]))
+        rel = str(rng.choice(ax["relation"]))
+        try:
+            a = t.sigma_for(e, d, q, k, samp, rel)
+        except (KeyError, ValueError) as ex:
+            rec["unanswered"] += 1
+            say(f"  unanswered: eps={e:.4g} delta={d:.3g} q={q:.4g} steps={k} {samp}: {str(ex)[:120]}")
+            continue
+        try:
+            up = float(pldlib.account(_mechanism(a.sigma, q, samp, rel), steps=k).epsilon(d).upper)
+        except (pldlib.PrecisionLimitError, pldlib.GridTooLargeError) as ex:
+            rec["uncheckable"] += 1
+            say(f"  not re-checkable: eps={e:.4g} delta={d:.3g} q={q:.4g} steps={k} {samp}: {str(ex)[:120]}")
+            continue
+        rec["checked"] += 1
+        rec["violations"] += int(not up <= e)
+        margin = up / e
+        rec["worst_margin"] = margin if rec["worst_margin"] is None else max(rec["worst_margin"], margin)
+        c = calibrated(e, d, q, k, samp, rel)
+        rec["off_grid_ratio"].append(a.sigma / c)
+        rec["rows"].append((e, d, q, k, samp, a.sigma, up, c))
+        say(f"  eps={e:.4g} delta={d:.3g} q={q:.4g} steps={k} {samp}: sigma {a.sigma:.5g} "
+            f"(upper eps {up:.5g}{' VIOLATION' if not up <= e else ''}; calibrated {c:.5g}, "
+            f"ratio {a.sigma / c:.4f}) [{a.describe()}]")
+    ok = np.argwhere(np.asarray(t.ds["status"].values) == 1)
+    rng = np.random.default_rng(seed)  # the grid sample does not depend on the number of queries
+    for i in rng.choice(len(ok), size=min(grid_points, len(ok)), replace=False):
+        ie, j, iq, ik, isamp, irel = ok[i]
+        e, d, q, k = (float(ax["epsilon"][ie]), float(ax["delta"][j]), float(ax["q"][iq]), int(ax["steps"][ik]))
+        samp, rel = str(ax["sampling"][isamp]), str(ax["relation"][irel])
+        s = float(t.ds["sigma"].values[tuple(ok[i])])
+        c = calibrated(e, d, q, k, samp, rel)
+        rec["grid_ratio"].append(s / c)
+        say(f"  grid eps={e:g} delta={d:g} q={q:g} steps={k} {samp}: table {s:.6g} / calibrated {c:.6g} "
+            f"= {s / c:.5f}")
+    for key in ("off_grid_ratio", "grid_ratio"):
+        v = np.asarray(rec[key], dtype=float)
+        v = v[np.isfinite(v)]
+        rec[key + "_summary"] = ({"n": int(v.size), "median": float(np.median(v)), "min": float(v.min()),
+                                  "max": float(v.max())} if v.size else {"n": 0})
+    return rec
 
 
 def main(argv=None) -> int:
@@ -480,6 +746,11 @@ def main(argv=None) -> int:
     r.add_argument("--no-progress", action="store_true")
     s = sub.add_parser("show", help="summary of a table store")
     s.add_argument("store")
+    v = sub.add_parser("verify", help="re-check random off-grid queries and grid points with the accountant")
+    v.add_argument("store")
+    v.add_argument("--queries", type=int, default=25)
+    v.add_argument("--grid-points", type=int, default=25)
+    v.add_argument("--seed", type=int, default=0)
     try:
         args = p.parse_args(argv)
     except SystemExit as e:
@@ -491,10 +762,20 @@ def main(argv=None) -> int:
             path = build_table(args.config, store=args.store, workers=args.workers, scheduler=args.scheduler,
                                restart=args.restart, progress=not args.no_progress)
             print(summary(path))
-        else:
-            if not os.path.exists(args.store):
-                raise ConfigError("store", f"no table at {args.store!r}")
-            print(summary(args.store))
+            n = entry_counts(path)
+            return 0 if n["ok"] == n["total"] else 1
+        if not os.path.exists(args.store):
+            raise ConfigError("store", f"no table at {args.store!r}")
+        if args.cmd == "verify":
+            rec = verify_table(args.store, args.queries, args.grid_points, args.seed)
+            print(f"off-grid queries: {rec['checked']} re-checked at the accountant's default accuracy, "
+                  f"{rec['violations']} violations (largest upper eps / target "
+                  f"{rec['worst_margin'] if rec['worst_margin'] is not None else float('nan'):.5f}); "
+                  f"{rec['unanswered']} unanswered, {rec['uncheckable']} not re-checkable")
+            print(f"table sigma / calibrated sigma, off-grid queries: {rec['off_grid_ratio_summary']}")
+            print(f"table sigma / calibrated sigma, grid points: {rec['grid_ratio_summary']}")
+            return 1 if rec["violations"] else 0
+        print(summary(args.store))
     except ConfigError as e:
         print(f"sweeps.tables: error: {e}", file=sys.stderr)
         return 2

@@ -157,6 +157,11 @@ def test_invert_on_safe_side_uses_only_certificates():
 
 def test_calibrate_uses_the_table_as_seed(built):
     t = open_table(built)
+    # a grid point: the stored sigma is the seed
+    g = pldlib.calibrate(1.0, 1e-5, 0.01, 100, table=t)
+    assert g.seed == "table"
+    assert g.sigma == pytest.approx(t.sigma_for(1.0, 1e-5, 0.01, 100).sigma, rel=0.01)
+    # off the grid the (safe-side, over-estimating) table answer caps the GDP estimate
     r = pldlib.calibrate(2.0, 1e-6, 0.02, 300, table=t)
     assert r.seed in ("table", "gdp (table cap)")
     # re-checked on a finer grid than the search certified it on
@@ -216,3 +221,140 @@ def test_unreadable_config_and_cli_exit_status(tmp_path, capsys):
         load_table_config(tmp_path / "missing.yaml")
     assert main(["run", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_open_is_the_public_alias_of_open_table(built):
+    import builtins
+
+    import pldlib.tables as T
+
+    assert "open" in T.__all__ and T.open is T.open_table
+    t = pldlib.tables.open(built)  # the name issue #7 uses, reachable from `import pldlib`
+    assert isinstance(t, SigmaTable)
+    a = t.sigma_for(1.0, 1e-5, 0.01, 100)
+    assert a.exact and a.sigma == open_table(built).sigma_for(1.0, 1e-5, 0.01, 100).sigma
+    with pytest.raises(FileNotFoundError):
+        T.open("no/such/table.zarr")
+    assert builtins.open is not T.open  # the builtin is untouched outside the module
+
+
+def test_stored_sigmas_are_tight_upper_only_searches(built):
+    """The search uses upper-only evaluations; each stored sigma has its upper bound
+    certified, the entries are within a few tenths of a percent of the upper curve's root
+    (the sigma just below them is not certified feasible at the same spacing), and the
+    lower bounds (one coarser full evaluation) are certified and below the upper."""
+    from pldlib.calibrate import upper_interval
+
+    t = open_table(built)
+    ds = t.ds.sel(sampling="poisson", relation="add_remove")
+    lo, up = ds.eps_lower.values, ds.eps_upper.values
+    assert np.all(up <= ds.epsilon.values[:, None, None, None])
+    ok = np.isfinite(lo)
+    assert ok.mean() > 0.9 and np.all(lo[ok] <= up[ok])
+    for e, d, q, k in [(1.0, 1e-5, 0.01, 1000), (4.0, 1e-7, 0.05, 100)]:
+        s = float(ds.sigma.sel(epsilon=e, delta=d, q=q, steps=k))
+        below = s / 1.01
+        m = _mech(below, q, "poisson")
+        u = pldlib.account(m, steps=k, interval=upper_interval(m, k), lower_bound=False).epsilon(d).upper
+        assert u > e, (e, d, q, k, s)
+
+
+# -- `sweeps run/status/show` on table configs and stores -----------------------------
+def _sweeps(argv, capsys):
+    from sweeps.cli import main
+
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_sweeps_run_builds_and_resumes_a_table(client, built, tmp_path, capsys):
+    import shutil
+
+    import zarr
+
+    store = str(tmp_path / "cli.zarr")
+    shutil.copytree(built, store)
+    g = zarr.open_group(store, mode="r+")
+    st = g["status"][...]
+    st[:, :, 1, :, 1, :] = 0  # q[1], wor: never committed
+    g["status"][...] = st
+    addr = client.scheduler.address
+    rc, out, err = _sweeps(["run", str(TEST_CONFIG), "--store", store, "--scheduler", addr, "--no-progress"],
+                           capsys)
+    assert rc == 0, err
+    assert "entries: 32 ok, 0 failed, 0 missing" in out
+    np.testing.assert_array_equal(open_table(store).ds.sigma.values, open_table(built).ds.sigma.values)
+    # nothing left: a second run computes nothing
+    rc, out, _ = _sweeps(["run", str(TEST_CONFIG), "--store", store, "--scheduler", addr, "--no-progress"], capsys)
+    assert rc == 0 and "32 ok" in out
+
+
+def test_sweeps_status_and_show_understand_table_stores(built, capsys):
+    rc, out, _ = _sweeps(["status", built], capsys)
+    assert rc == 0 and "pldlib.sigma_table" in out and "32 ok" in out
+    rc, out, _ = _sweeps(["show", built, "--sel", "epsilon=1", "delta=1e-5", "sampling=poisson"], capsys)
+    assert rc == 0
+    assert "certified sigma: epsilon=1 delta=1e-05 sampling=poisson relation=add_remove" in out
+    assert "q=0.01" in out and "q=0.05" in out
+    s = open_table(built).sigma_for(1.0, 1e-5, 0.01, 100).sigma
+    assert f"{s:.5g}" in out
+    rc, out, _ = _sweeps(["show", built], capsys)
+    assert rc == 0 and out.count("certified sigma:") == 8
+
+
+def _table_config(tmp_path, name, **changes):
+    cfg = yaml.safe_load(TEST_CONFIG.read_text())
+    cfg.update(changes)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return str(p)
+
+
+def test_sweeps_bad_table_input_exits_2(built, tmp_path, capsys):
+    def bad(argv, *words):
+        rc, out, err = _sweeps(argv, capsys)
+        assert rc == 2, (argv, out, err)
+        line = err.strip()
+        assert len(line.splitlines()) == 1 and line.startswith("sweeps"), err
+        for w in words:
+            assert w in line, line
+
+    store = str(tmp_path / "never.zarr")
+    bad(["run", _table_config(tmp_path, "c", options={"colour": 1}), "--store", store], "options.colour")
+    bad(["run", _table_config(tmp_path, "r", options={"sigma_ratio": 0.5}), "--store", store],
+        "options.sigma_ratio")
+    bad(["run", _table_config(tmp_path, "e", options={"eps_lower": "yes"}), "--store", store], "options.eps_lower")
+    bad(["run", str(TEST_CONFIG), "--store", store, "--quick"], "--quick")
+    bad(["run", str(TEST_CONFIG), "--store", store, "--workers", "0"], "--workers")
+    # a table made from another config is refused, and left as it was
+    other = _table_config(tmp_path, "o", grid={**yaml.safe_load(TEST_CONFIG.read_text())["grid"],
+                                               "epsilon": [1.0, 2.0]})
+    before = open_table(built).ds.sigma.values.copy()
+    bad(["run", other, "--store", built], "another config")
+    np.testing.assert_array_equal(open_table(built).ds.sigma.values, before)
+    assert not Path(store).exists()
+    # an unknown kind in a sweep config names the key (not "unknown key")
+    bad(["run", _table_config(tmp_path, "k", kind="histogram")], "kind", "unknown config kind")
+    # selections and commands a table store does not have
+    bad(["show", built, "--sel", "sigma=1"], "unknown dimension 'sigma'")
+    bad(["show", built, "--sel", "epsilon=3"], "epsilon=3: no such value")
+    bad(["plot", built], "sigma table", "sweeps show")
+    bad(["report", built], "sigma table")
+
+
+def test_sweep_loader_explains_a_table_config():
+    from sweeps.config import load_config
+
+    with pytest.raises(ConfigError, match="sigma table config"):
+        load_config(TEST_CONFIG)
+
+
+def test_verify_table_rechecks_queries(built):
+    from sweeps.tables import verify_table
+
+    rec = verify_table(built, queries=3, grid_points=2, seed=1, say=lambda *_: None)
+    assert rec["violations"] == 0 and rec["checked"] + rec["unanswered"] + rec["uncheckable"] == 3
+    assert rec["checked"] >= 1 and rec["off_grid_ratio_summary"]["min"] > 0.99
+    g = rec["grid_ratio_summary"]
+    assert g["n"] == 2 and 0.99 < g["min"] <= g["max"] < 1.3  # the test table refines once only
