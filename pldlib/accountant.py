@@ -539,8 +539,7 @@ class PLDAccountant:
     # -- several branches: max over directions, dominated ones skipped -------
     def _order(self, coarse: list) -> list:
         """Branch indices, the one whose coarse bound is largest at most queries first."""
-        c = np.array(coarse)
-        top = np.argmax(np.where(np.isnan(c), np.inf, c), axis=0)
+        top = np.argmax(np.array(coarse), axis=0)  # (coarse bounds are never NaN)
         score = [int(np.sum(top == i)) for i in range(len(coarse))]
         return sorted(range(len(coarse)), key=lambda i: -score[i])
 

@@ -423,7 +423,5 @@ def get_noise_multiplier(target_epsilon: float, target_delta: float, sample_rate
         steps = int(math.ceil(epochs / q))
     if "tol" not in kwargs:
         kwargs["tol"] = max(min(1e-3, epsilon_tolerance / (2.0 * target_epsilon)), 1e-6)
-    if q == 1.0:
-        kwargs.setdefault("sampling", "none")
     res = calibrate(target_epsilon, target_delta, q, steps, **kwargs)
     return res.sigma
