@@ -207,7 +207,7 @@ def _one_side_timer(pld, count: int, comp):
     (and the reason) if those internals are not as expected.
     """
     try:
-        from pldlib import composition as C
+        from pldlib.pld import compose as C
 
         err = pld.mass_err if pld.mass_err is not None else 0.0
         side = C._Side(pld.h, pld.start, pld.masses + err, count)
@@ -229,8 +229,8 @@ def _one_side_timer(pld, count: int, comp):
 @section("fft", "Raw FFT self-composition (k = 10,000, ~10^4-point single-step PLD)")
 def bench_fft(ctx: Context) -> str:
     from pldlib import GaussianProfile
-    from pldlib.composition import compose, solve_tilt
-    from pldlib.discretize import connect_the_dots, convex_hull_optimistic, grid_for
+    from pldlib.pld.compose import compose, solve_tilt
+    from pldlib.pld.discretize import connect_the_dots, convex_hull_optimistic, grid_for
 
     k, target_n, sigma = 10_000, 10_000, 1.0
     prof = GaussianProfile(sigma)
@@ -386,7 +386,7 @@ def bench_table1(ctx: Context) -> str:
 @section("prv", "PRV vs PLD on the DP-SGD headline (sigma 1, q 0.01, 10,000 steps, delta 1e-5)")
 def bench_prv(ctx: Context) -> str:
     import pldlib
-    from pldlib.prv import account_prv
+    from pldlib.methods.prv import account_prv
 
     mech = pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson", relation="add_remove")
     rows = []
@@ -468,7 +468,7 @@ def bench_extreme(ctx: Context) -> str:
 @section("tinydelta", "Tiny delta: certified intervals vs the mpmath contour-integral truth (add_remove)")
 def bench_tinydelta(ctx: Context) -> str:
     import pldlib
-    from pldlib import truth
+    from pldlib.testing import truth
 
     shapes = [(1.0, 0.01, 10_000), (0.8, 0.001, 10_000), (2.0, 0.1, 1_000)]
     deltas = [1e-8, 1e-10, 1e-12, 1e-14, 1e-15]
@@ -529,7 +529,7 @@ def bench_sweeps(ctx: Context) -> str:
         note = ""
     else:
         # one full dp_accounting accounting per cell, at the interval the sweep used for that cell
-        from pldlib.accountant import account_steps
+        from pldlib.pld.accountant import account_steps
 
         subset = [(1.0, 0.01), (3.0, 0.05)]
         steps_sub, deltas_sub = [1000, 10000], list(np.geomspace(1e-10, 1e-4, 5))

@@ -42,8 +42,9 @@ import numpy as np
 
 import pldlib
 from pldlib import Gaussian
-from pldlib.baselines import account_clt, account_rdp
-from pldlib.spa import account_spa
+from pldlib.methods.clt import account_clt
+from pldlib.methods.rdp import account_rdp
+from pldlib.methods.spa import account_spa
 
 QS = (1e-3, 1e-2, 0.1)
 SIGMAS = (0.6, 1.0, 2.0, 4.0)
@@ -71,7 +72,7 @@ def _truth_cell(args):
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(limit))
     try:
-        from pldlib import truth
+        from pldlib.testing import truth
 
         e = max(float(truth.epsilon_gaussian(delta, sigma, k, q, d, dps=20)) for d in ("remove", "add"))
         why = None

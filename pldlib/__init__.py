@@ -2,25 +2,44 @@
 
 Public API (thin re-exports over the modules that hold the maths):
 
-* mechanisms: :class:`Gaussian`, :class:`Laplace`, :class:`RandomizedResponse`,
-  :class:`ApproxDP`, :class:`Custom`
-* accounting: :func:`account` -> accountant with ``.epsilon(delta)`` and
-  ``.delta(epsilon)`` returning :class:`Interval` (lower, upper)
-* building blocks: :mod:`pldlib.profiles` (hockey-stick curves),
-  :mod:`pldlib.discretize` (connect-the-dots, convex hull, privacy buckets),
-  :mod:`pldlib.composition` (certified FFT composition), :mod:`pldlib.pld`.
+* events (pure data, :mod:`pldlib.events`): :class:`GaussianEvent`, :class:`LaplaceEvent`,
+  :class:`RandomizedResponseEvent`, :class:`ApproxDPEvent`, :class:`ProfileEvent`,
+  :class:`Sampled`, :class:`SelfComposed`, :class:`Composed`, :class:`NoOp`
+* mechanisms (sugar that builds events): :class:`Gaussian`, :class:`Laplace`,
+  :class:`RandomizedResponse`, :class:`ApproxDP`, :class:`Custom`, :class:`LatticeNoise`
+* accountants, one interface (:mod:`pldlib.methods`): :class:`PLDAccountant`,
+  :class:`PRVAccountant`, :class:`SPAAccountant`, :class:`RDPAccountant`,
+  :class:`CLTAccountant` -- ``Acc(relation).compose(event, count).epsilon(delta)``;
+  :func:`make_accountant` by method name; :func:`account` the convenience entry
+* answers: :class:`Interval` (lower, upper), :class:`Estimate` (lower, estimate, upper)
+* calibration: :func:`calibrate`, :func:`get_noise_multiplier`
+* sampling schemes: :mod:`pldlib.sampling` (registry: :func:`pldlib.sampling.scheme_names`)
 * lookup tables: ``pldlib.tables.open(path).sigma_for(epsilon, delta, q, steps, ...)``
-  (:mod:`pldlib.tables`: certified sigmas without running an accountant)
 """
-from .accountant import Estimate, Interval, PLDAccountant, PrecisionLimitError, account, account_steps
+from ._validate import GridTooLargeError, PrecisionLimitError
+from .events import (
+    ApproxDPEvent,
+    Composed,
+    DiscreteLaplaceEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    LatticeEvent,
+    NoOp,
+    ProfileEvent,
+    RandomizedResponseEvent,
+    Sampled,
+    SelfComposed,
+)
+from .mechanisms import ApproxDP, Custom, DiscreteLaplace, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
+from .methods import Accountant, Estimate, Interval, UnsupportedEventError, make_accountant, method_names
+from .pld.accountant import PLDAccountant, account, account_steps
 from .calibrate import CalibrationResult, calibrate, get_noise_multiplier
-from .composition import GridTooLargeError
-from .mechanisms import ApproxDP, Custom, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
+from . import sampling  # noqa: F401
 from . import tables  # noqa: F401  (pldlib.tables.open(path): certified sigma lookup tables)
 from .profiles import (
+    FiniteProfile,
     GaussianProfile,
     LaplaceProfile,
-    FiniteProfile,
     PrivacyProfile,
     approx_dp_profile,
     randomized_response_profile,
@@ -28,9 +47,31 @@ from .profiles import (
 
 __version__ = "0.1.0"
 
+#: names imported on first use (keeps ``import pldlib`` light)
+_LAZY = {
+    "PRVAccountant": "pldlib.methods.prv", "account_prv": "pldlib.methods.prv",
+    "SPAAccountant": "pldlib.methods.spa", "account_spa": "pldlib.methods.spa",
+    "RDPAccountant": "pldlib.methods.rdp", "account_rdp": "pldlib.methods.rdp",
+    "CLTAccountant": "pldlib.methods.clt", "account_clt": "pldlib.methods.clt",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pldlib' has no attribute {name!r}")
+
 __all__ = [
-    "account", "account_steps", "Interval", "Estimate", "calibrate", "CalibrationResult", "get_noise_multiplier", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
-    "Mechanism", "Gaussian", "Laplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
+    "account", "account_steps", "account_prv", "account_spa", "account_rdp", "account_clt",
+    "Accountant", "PLDAccountant", "PRVAccountant", "SPAAccountant", "RDPAccountant", "CLTAccountant",
+    "make_accountant", "method_names", "Interval", "Estimate",
+    "calibrate", "CalibrationResult", "get_noise_multiplier",
+    "PrecisionLimitError", "GridTooLargeError", "UnsupportedEventError",
+    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent",
+    "Sampled", "SelfComposed", "Composed", "NoOp",
+    "Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "DiscreteLaplaceEvent", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",
     "randomized_response_profile", "approx_dp_profile", "__version__",
 ]

@@ -1,4 +1,4 @@
-"""Argument validation shared by the public API and the CLIs.
+"""Argument validation and error types shared by the public API and the CLIs.
 
 Every check raises :class:`ValueError` (or :class:`TypeError`) whose message
 names the offending argument and says why it was rejected.
@@ -11,14 +11,33 @@ from collections.abc import Iterable
 
 import numpy as np
 
-SAMPLINGS = ("none", "poisson", "wor")
+#: the neighbouring relations (the one list; sampling names live in :mod:`pldlib.sampling`)
 RELATIONS = ("add", "remove", "add_remove", "substitution")
+
+
+class PrecisionLimitError(ArithmeticError):
+    """A requested answer lies beyond what floating point can certify here."""
+
+
+class GridTooLargeError(MemoryError):
+    """The composition would need more grid points than allowed."""
+
+
+def fmt(v) -> str:
+    """A number as a user reads it (``1.5``, not ``np.float64(1.5)``)."""
+    if isinstance(v, (bool, np.bool_)):
+        return repr(bool(v))
+    if isinstance(v, numbers.Integral):
+        return repr(int(v))
+    if isinstance(v, numbers.Real):
+        return repr(float(v))
+    return repr(v)
 
 
 def positive_finite(name: str, value) -> float:
     """A finite real number > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
+        raise TypeError(f"{name} must be a real number, got {fmt(value)}")
     v = float(value)
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {v!r}")
@@ -29,7 +48,7 @@ def positive_finite(name: str, value) -> float:
 
 def nonnegative_finite(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
+        raise TypeError(f"{name} must be a real number, got {fmt(value)}")
     v = float(value)
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
@@ -39,7 +58,7 @@ def nonnegative_finite(name: str, value) -> float:
 def probability_open(name: str, value) -> float:
     """A number strictly inside (0, 1), e.g. a target delta."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
+        raise TypeError(f"{name} must be a real number, got {fmt(value)}")
     v = float(value)
     if not (0.0 < v < 1.0):
         raise ValueError(f"{name} must be in (0, 1), got {v!r}")
@@ -49,7 +68,7 @@ def probability_open(name: str, value) -> float:
 def sampling_rate(name: str, value) -> float:
     """A sampling probability in (0, 1]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
+        raise TypeError(f"{name} must be a real number, got {fmt(value)}")
     v = float(value)
     if not (0.0 < v <= 1.0):
         raise ValueError(f"{name} must be in (0, 1], got {v!r}")
@@ -59,13 +78,13 @@ def sampling_rate(name: str, value) -> float:
 def steps(name: str, value) -> int:
     """An integer >= 1 (floats that are whole numbers are accepted)."""
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+        raise TypeError(f"{name} must be an integer >= 1, got {fmt(value)}")
     if isinstance(value, numbers.Integral):
         v = int(value)
     elif isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
         v = int(value)
     else:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= 1, got {fmt(value)}")
     if v < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {v}")
     return v
@@ -74,16 +93,16 @@ def steps(name: str, value) -> int:
 def positive_int(name: str, value) -> int:
     """An integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+        raise TypeError(f"{name} must be an integer >= 1, got {fmt(value)}")
     if value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= 1, got {fmt(value)}")
     return int(value)
 
 
 def probability_closed_open(name: str, value) -> float:
     """A number in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number in [0, 1), got {value!r}")
+        raise TypeError(f"{name} must be a real number in [0, 1), got {fmt(value)}")
     v = float(value)
     if not (0.0 <= v < 1.0):
         raise ValueError(f"{name} must be in [0, 1), got {v!r}")
@@ -93,17 +112,17 @@ def probability_closed_open(name: str, value) -> float:
 def choice(name: str, value, options: Iterable[str]) -> str:
     options = tuple(options)
     if value not in options:
-        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {fmt(value)}")
     return value
 
 
 def _float_array(name: str, values) -> np.ndarray:
     if isinstance(values, (str, bytes)):
-        raise TypeError(f"{name} must be a number or a list of numbers, got {values!r}")
+        raise TypeError(f"{name} must be a number or a list of numbers, got {fmt(values)}")
     try:
         arr = np.atleast_1d(np.asarray(values, dtype=float))
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number or a list of numbers, got {values!r}") from None
+        raise TypeError(f"{name} must be a number or a list of numbers, got {fmt(values)}") from None
     return arr
 
 

@@ -1,6 +1,6 @@
 """Certified noise calibration: the smallest sigma that meets an (epsilon, delta) target.
 
-eps(delta) is decreasing in sigma (MATH.md section 9), so calibration is a
+eps(delta) is decreasing in sigma (docs/MATH.md section 9), so calibration is a
 one-dimensional root search on log sigma.  Every evaluation returns a certified
 interval [lower, upper] for eps at that sigma, and every decision is
 certified:
@@ -28,7 +28,8 @@ import numpy as np
 from scipy import special
 
 from . import _validate as V
-from .accountant import Interval, account
+from .sampling import sampling_names
+from .pld.accountant import Interval, account
 from .mechanisms import Gaussian
 
 __all__ = ["calibrate", "CalibrationResult", "CalibrationError", "get_noise_multiplier", "seed_sigma"]
@@ -104,7 +105,7 @@ def upper_interval(mechanism, steps: int) -> float:
     h <= |ln(1 - q)| / 2 (which forces grids of ~1e5-1e6 points per step for q ~ 1e-4);
     upper bounds stay certified and tight at this spacing, lower bounds may be loose.
     """
-    from .discretize import connect_the_dots, grid_for
+    from .pld.discretize import connect_the_dots, grid_for
 
     best = math.inf
     for b in mechanism.branches():
@@ -169,7 +170,7 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     delta = V.probability_open("delta", delta)
     q = V.sampling_rate("q", q)
     steps = V.steps("steps", steps)
-    V.choice("sampling", sampling, ("poisson", "wor", "none"))
+    V.choice("sampling", sampling, sampling_names())
     V.choice("relation", relation, V.RELATIONS)
     tol = V.positive_finite("tol", tol)
     if sampling == "none" and q != 1.0:

@@ -37,12 +37,14 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .accountant import PrecisionLimitError
+from ._validate import PrecisionLimitError
+from .methods.base import Estimate
 from .calibrate import CalibrationError
-from .composition import DEFAULT_MAX_BINS, GridTooLargeError
+from ._validate import GridTooLargeError
+from .pld.compose import DEFAULT_MAX_BINS
 from .mechanisms import Gaussian, Laplace, Mechanism
 
-__all__ = ["main", "build_parser", "METHODS", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT"]
+__all__ = ["main", "build_parser", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT"]
 
 PROG = "pldlib"
 EXIT_OK = 0
@@ -50,63 +52,40 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_LIMIT = 3
 
-SAMPLINGS = ("none", "poisson", "wor")
-RELATIONS = ("add", "remove", "add_remove", "substitution")
+from ._validate import RELATIONS
+from .methods import accountant_class, method_info, method_names
+from .sampling import sampling_names
+
+SAMPLINGS = sampling_names()
+
+#: method options the CLI exposes: flag -> constructor keyword of the accountant
+METHOD_OPTIONS = {"--interval": "interval", "--eps-error": "eps_error", "--delta-error": "delta_error",
+                  "--max-bins": "max_bins"}
+#: per-method defaults of the CLI that differ from the constructor's
+CLI_DEFAULTS = {"spa": {"on_edge": "flag"}}
 
 
-# ---------------------------------------------------------------------------
-# registries: accounting methods and mechanisms
-# ---------------------------------------------------------------------------
-def _pld_factory(mechanism: Mechanism, steps: int, *, interval: float | None, max_bins: int, **_):
-    """Certified PLD accountant (pldlib.account)."""
-    from .accountant import account
+def _accepted(method: str) -> set:
+    import inspect
 
-    return account(mechanism, steps, interval=interval, max_bins=max_bins)
+    return set(inspect.signature(accountant_class(method).__init__).parameters)
 
 
-def _prv_factory(mechanism: Mechanism, steps: int, *, max_bins: int, eps_error=None, delta_error=None, **_):
-    """PRV accountant (pldlib.prv): certified bounds plus the paper's central estimate."""
-    from .prv import account_prv
-
-    kw = {"max_bins": max_bins}
-    if eps_error is not None:
-        kw["eps_error"] = eps_error
-    if delta_error is not None:
-        kw["delta_error"] = delta_error
-    return account_prv(mechanism, steps, **kw)
-
-
-#: method name -> factory(mechanism, steps, *, interval, max_bins, eps_error, delta_error)
-#: returning an object with ``.epsilon(deltas)`` / ``.delta(epsilons)`` -> Interval or
-#: Estimate (lower, estimate, upper) and, optionally, ``.interval``.
-def _spa_factory(mechanism: Mechanism, steps: int, **_):
-    """Saddle-point accountant: certified Berry-Esseen interval, SP-MSD1 estimate."""
-    from .spa import account_spa
-
-    return account_spa(mechanism, steps, on_edge="flag")
-
-
-def _rdp_factory(mechanism: Mechanism, steps: int, **_):
-    """RDP / moments accountant: an upper bound only (lower is NaN)."""
-    from .baselines import account_rdp
-
-    return account_rdp(mechanism, steps)
-
-
-def _clt_factory(mechanism: Mechanism, steps: int, **_):
-    """CLT / Gaussian-DP: an ESTIMATE only, never a guarantee (lower and upper are NaN)."""
-    from .baselines import account_clt
-
-    return account_clt(mechanism, steps)
-
-
-METHODS: dict[str, Callable] = {
-    "pld": _pld_factory,
-    "prv": _prv_factory,
-    "spa": _spa_factory,
-    "rdp": _rdp_factory,
-    "clt": _clt_factory,
-}
+def make_method_accountant(method: str, relation: str, args) -> "object":
+    """The registered accountant ``method`` under ``relation`` with the options given on the
+    command line; an option the method does not take is a usage error, not silently ignored."""
+    accepted = _accepted(method)
+    kw = dict(CLI_DEFAULTS.get(method, {}))
+    for flag, name in METHOD_OPTIONS.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name not in accepted:
+            takers = [m for m in method_names() if name in _accepted(m)]
+            raise UsageError(f"argument {flag}: applies to --method {' / '.join(takers)} only, "
+                             f"not to --method {method}")
+        kw[name] = value
+    return accountant_class(method)(relation, **kw)
 
 
 def _make_gaussian(args) -> Mechanism:
@@ -233,8 +212,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="neighbouring relation (default add_remove)")
     g.add_argument("--steps", type=_steps, required=True, help="number of compositions (integer >= 1)")
     a = p.add_argument_group("accounting")
-    a.add_argument("--method", choices=sorted(METHODS), default="pld",
-                   help="accounting method (default pld)")
+    a.add_argument("--method", choices=method_names(), default="pld",
+                   help="accounting method (default pld): " + "; ".join(
+                       f"{m} ({method_info(m).kind})" for m in method_names()))
     a.add_argument("--interval", type=_positive_finite, default=None,
                    help="grid spacing h of the privacy-loss discretisation (the accuracy knob; "
                         "smaller = tighter and slower; default: chosen automatically)")
@@ -242,8 +222,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="prv only: target error in epsilon (default 0.01)")
     a.add_argument("--delta-error", type=_delta_error, default=None,
                    help="prv only: target error in delta (default 1e-12)")
-    a.add_argument("--max-bins", type=_max_bins, default=DEFAULT_MAX_BINS,
-                   help=f"cap on the FFT length (memory guard; default {DEFAULT_MAX_BINS})")
+    a.add_argument("--max-bins", type=_max_bins, default=None,
+                   help=f"pld / prv: cap on the FFT length (memory guard; default {DEFAULT_MAX_BINS})")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -381,21 +361,19 @@ def _params(args, accountant) -> dict:
 def _run(args):
     """Build the mechanism and accountant, answer the query; returns (values, lo, hi, seconds, acc)."""
     _, make = MECHANISMS[args.mechanism]
-    factory = METHODS[args.method]
     values = args.delta if args.command == "epsilon" else args.epsilon
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
         mech = make(args)
-        acc = factory(mech, args.steps, interval=args.interval, max_bins=args.max_bins,
-                      eps_error=args.eps_error, delta_error=args.delta_error)
+        acc = make_method_accountant(args.method, mech.relation, args).compose(mech.event, args.steps)
         query = acc.epsilon if args.command == "epsilon" else acc.delta
         iv = query(np.asarray(values, dtype=float))
         seconds = time.perf_counter() - t0
     lo = np.atleast_1d(np.asarray(iv.lower, dtype=float))
     hi = np.atleast_1d(np.asarray(iv.upper, dtype=float))
     acc._cli_estimate = (np.atleast_1d(np.asarray(iv.estimate, dtype=float))
-                         if hasattr(iv, "estimate") else None)
+                         if isinstance(iv, Estimate) else None)
     return values, lo, hi, seconds, acc
 
 
@@ -412,8 +390,8 @@ def _json_output(args, values, lo, hi, seconds, acc) -> str:
         for row, e in zip(rows, est):
             row["estimate"] = _num(e)
     out = {key: rows, "method": args.method, "seconds": seconds, "params": _params(args, acc)}
-    if args.method == "clt":
-        out["warning"] = "clt is a central-limit ESTIMATE, not a guarantee: lower and upper are null"
+    if method_info(args.method).kind == "estimate":
+        out["warning"] = f"{args.method} is an ESTIMATE, not a guarantee: lower and upper are null"
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         out["note"] = ("null marks a non-finite bound: a null lower is -infinity (no non-trivial "
                        "lower bound), a null upper is +infinity (no finite bound)")

@@ -1,37 +1,28 @@
-"""User-facing mechanism specifications.
+"""User-facing mechanism specifications: sugar that builds events.
 
-A mechanism spec names a base mechanism (Gaussian, Laplace, randomized
-response, an (eps0, delta0)-DP mechanism, or any custom profile) together with
-its sampling scheme and neighbouring relation.  Its :meth:`Mechanism.branches`
-turns it into the dominating pairs to compose (MATH.md section 2): one branch
-per direction whose composed answers are maximised *after* composition.  Each
-branch carries the profile that gives the upper bound and the one that gives
-the lower bound (they differ only for WOR substitution).
+``Gaussian(sigma, q=0.01, sampling="poisson", relation="add_remove")`` is one
+step of a mechanism together with its sampling and neighbouring relation.
+Its :attr:`~Mechanism.event` is the pure-data event
+(:mod:`pldlib.events`; ``Sampled(GaussianEvent(sigma), q, "poisson")``) and its
+:attr:`~Mechanism.relation` the relation the accountant is built with, so
+
+    account(Gaussian(sigma, q=q, sampling="poisson"), steps=k)
+    == PLDAccountant("add_remove").compose(Sampled(GaussianEvent(sigma), q, "poisson"), k)
+
+:meth:`Mechanism.branches` gives the dominating pairs to compose (docs/MATH.md
+section 2), one per direction whose answers are maximised after composition.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, fields
 
 from . import _validate as V
-from .profiles import (
-    GaussianProfile,
-    LaplaceProfile,
-    PrivacyProfile,
-    approx_dp_profile,
-    randomized_response_profile,
-)
+from . import events as E
+from .profiles.pairs import Branch, maths_of
+from .profiles.base import PrivacyProfile
 
-__all__ = ["Mechanism", "Gaussian", "Laplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
+__all__ = ["Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
            "Branch"]
-
-
-class Branch(NamedTuple):
-    """One direction to compose: ``upper`` certifies the upper bound, ``lower`` the lower."""
-
-    label: str
-    upper: PrivacyProfile
-    lower: PrivacyProfile
 
 
 @dataclass(frozen=True)
@@ -43,86 +34,88 @@ class Mechanism:
     relation: str = field(default="add_remove", kw_only=True)
 
     def __post_init__(self):
+        from .sampling import sampling_names
+
         V.sampling_rate("q", self.q)
-        V.choice("sampling", self.sampling, V.SAMPLINGS)
+        V.choice("sampling", self.sampling, sampling_names())
         V.choice("relation", self.relation, V.RELATIONS)
         if self.sampling == "none" and self.q != 1.0:
-            raise ValueError(f"q must be 1 when sampling is 'none' (got q={self.q}); "
-                             "choose sampling='poisson' or 'wor' for q < 1")
+            raise ValueError(f"q must be 1 when sampling is 'none' (got q={float(self.q)!r}); "
+                             "choose a sampling scheme (e.g. sampling='poisson' or 'wor') for q < 1")
+        base = self.base_event()
+        if self.sampling != "none" and maths_of(base).family is None:
+            raise ValueError(f"sampling: {type(self).__name__} is supported without subsampling only")
+        object.__setattr__(self, "_event", base if self.q == 1.0 or self.sampling == "none"
+                           else E.Sampled(base, self.q, self.sampling))
 
     # -- to be provided by subclasses ------------------------------------
-    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
-        """The pair (B_0, B_{c D}) of the unsampled base mechanism, c = sensitivity_factor."""
+    def base_event(self) -> E.BaseEvent:
+        """The unsampled base event of this mechanism."""
         raise NotImplementedError
 
     @property
+    def event(self) -> E.Event:
+        """The pure-data event of one step (sampled when ``q < 1``)."""
+        return self._event
+
+    @property
     def subsamplable(self) -> bool:
-        return False
+        return maths_of(self.base_event()).family is not None
+
+    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
+        """The pair (B_0, B_{c D}) of the unsampled base mechanism, c = sensitivity_factor."""
+        return maths_of(self.base_event()).pair(self.base_event(), sensitivity_factor)
 
     def branches(self) -> list[Branch]:
-        """Dominating pairs to compose, one per direction (MATH.md section 2)."""
-        from .subsampling import branches_for
+        """Dominating pairs to compose, one per direction (docs/MATH.md section 2)."""
+        from .sampling import dominating_pairs
 
-        return branches_for(self)
+        return dominating_pairs(self.event, self.relation)
 
     def describe(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["mechanism"] = type(self).__name__.lower()
         return d
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={E._fmt(v)}' for k, v in self.describe().items() if k != 'mechanism')})"
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class Gaussian(Mechanism):
     """Gaussian mechanism with noise multiplier ``sigma`` (noise std = sigma * sensitivity)."""
 
     sigma: float
     sensitivity: float = 1.0
 
-    def __post_init__(self):
-        V.positive_finite("sigma", self.sigma)
-        V.positive_finite("sensitivity", self.sensitivity)
-        super().__post_init__()
-
-    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
-        # only the ratio noise / sensitivity matters
-        return GaussianProfile(sigma=self.sigma / sensitivity_factor)
-
-    def noise(self, sensitivity_factor: float = 1.0):
-        from .mixtures import GaussianNoise
-
-        return GaussianNoise(self.sigma, sensitivity_factor)
-
-    @property
-    def subsamplable(self) -> bool:
-        return True
+    def base_event(self):
+        return E.GaussianEvent(self.sigma, self.sensitivity)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Laplace(Mechanism):
     """Laplace mechanism with noise scale ``scale`` (b) and L1 sensitivity ``sensitivity``."""
 
     scale: float
     sensitivity: float = 1.0
 
-    def __post_init__(self):
-        V.positive_finite("scale", self.scale)
-        V.positive_finite("sensitivity", self.sensitivity)
-        super().__post_init__()
-
-    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
-        return LaplaceProfile(scale=self.scale, sensitivity=self.sensitivity * sensitivity_factor)
-
-    def noise(self, sensitivity_factor: float = 1.0):
-        from .mixtures import LaplaceNoise
-
-        return LaplaceNoise(self.scale, self.sensitivity * sensitivity_factor)
-
-    @property
-    def subsamplable(self) -> bool:
-        return True
+    def base_event(self):
+        return E.LaplaceEvent(self.scale, self.sensitivity)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
+class DiscreteLaplace(Mechanism):
+    """Discrete Laplace mechanism: noise with pmf proportional to e^(-|x|/scale) on the
+    integers, integer sensitivity ``sensitivity``; exact pairs for every sampling and relation."""
+
+    scale: float
+    sensitivity: int = 1
+
+    def base_event(self):
+        return E.DiscreteLaplaceEvent(self.scale, self.sensitivity)
+
+
+@dataclass(frozen=True, repr=False)
 class LatticeNoise(Mechanism):
     """Symmetric additive noise on the integers with pmf ``pmf`` (offsets 0..m-1), sensitivity ``shift``.
 
@@ -133,18 +126,8 @@ class LatticeNoise(Mechanism):
     pmf: tuple = ()
     shift: int = 1
 
-    def __post_init__(self):
-        import numpy as np
-
-        arr = np.asarray(self.pmf, dtype=float)
-        if arr.ndim != 1 or arr.size < 2 or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-12:
-            raise ValueError("pmf must be a probability vector of length >= 2")
-        if int(self.shift) != self.shift or self.shift < 1:
-            raise ValueError("shift must be an integer >= 1")
-        if not np.allclose(arr, arr[::-1], rtol=0, atol=1e-15):
-            # the dominating pairs of MATH.md section 2 assume B_{-D} mirrors B_D
-            raise ValueError("pmf must be symmetric (pmf == pmf[::-1]) for the subsampling dominating pairs")
-        super().__post_init__()
+    def base_event(self):
+        return E.LatticeEvent(tuple(self.pmf), self.shift)
 
     @property
     def lattice_pmf(self):
@@ -152,60 +135,35 @@ class LatticeNoise(Mechanism):
 
         return np.asarray(self.pmf, dtype=float)
 
-    @property
-    def subsamplable(self) -> bool:
-        return True
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RandomizedResponse(Mechanism):
     """Binary randomized response with parameter eps0 (one record's bit, no subsampling)."""
 
     eps0: float
 
-    def __post_init__(self):
-        V.positive_finite("eps0", self.eps0)
-        super().__post_init__()
-        if self.sampling != "none":
-            raise ValueError("sampling: randomized response is supported without subsampling only")
-
-    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
-        return randomized_response_profile(self.eps0)
+    def base_event(self):
+        return E.RandomizedResponseEvent(self.eps0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ApproxDP(Mechanism):
     """Any (eps0, delta0)-DP mechanism, through its dominating pair."""
 
     eps0: float
     delta0: float = 0.0
 
-    def __post_init__(self):
-        V.nonnegative_finite("eps0", self.eps0)
-        V.probability_closed_open("delta0", self.delta0)
-        super().__post_init__()
-        if self.sampling != "none":
-            raise ValueError("sampling: ApproxDP is supported without subsampling only")
-
-    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
-        return approx_dp_profile(self.eps0, self.delta0)
+    def base_event(self):
+        return E.ApproxDPEvent(self.eps0, self.delta0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Custom(Mechanism):
-    """A user-supplied profile (a dominating pair), composed as is."""
+    """A user-supplied profile (a dominating pair), composed as is; with ``add_profile``
+    the remove (``profile``) and add directions differ (see :class:`pldlib.events.ProfileEvent`)."""
 
     profile: PrivacyProfile = None
+    add_profile: PrivacyProfile = None
 
-    def __post_init__(self):
-        if not isinstance(self.profile, PrivacyProfile):
-            raise TypeError("profile must be a PrivacyProfile")
-        super().__post_init__()
-        if self.sampling != "none":
-            raise ValueError("sampling: a custom profile is composed as given (sampling='none')")
-
-    def base_profile(self, sensitivity_factor: float = 1.0) -> PrivacyProfile:
-        return self.profile
-
-    def branches(self) -> list[Branch]:
-        return [Branch("pair", self.profile, self.profile)]
+    def base_event(self):
+        return E.ProfileEvent(self.profile, self.add_profile)

@@ -5,7 +5,7 @@ a Gaussian noise multiplier ``sigma`` whose *certified* PLD upper bound
 ``eps(delta) <= epsilon`` was verified by the accountant at exactly that grid
 point (the verified upper bound is stored next to it as ``eps_upper``).
 
-A query between grid points is answered conservatively (MATH.md section 9):
+A query between grid points is answered conservatively (docs/MATH.md section 9):
 eps(delta) increases in q and in the number of steps k and decreases in delta
 (each a post-processing argument), so every argument is rounded to its
 adjacent grid value on the *safe* side -- q up, steps up, delta down, target
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _validate as V
+from .sampling import sampling_names
 
 __all__ = ["SigmaTable", "TableAnswer", "TableRangeError", "open", "open_table", "default_table_path",
            "TABLE_DIMS", "TABLE_KIND", "invert_on_safe_side"]
@@ -171,7 +172,7 @@ class SigmaTable:
         delta = V.probability_open("delta", delta)
         q = V.sampling_rate("q", q)
         steps = V.steps("steps", steps)
-        V.choice("sampling", sampling, ("none", "poisson", "wor"))
+        V.choice("sampling", sampling, sampling_names())
         V.choice("relation", relation, V.RELATIONS)
         idx, rounding = [], {}
         for name, val in (("epsilon", epsilon), ("delta", delta), ("q", q), ("steps", float(steps))):

@@ -53,9 +53,20 @@ from .store import STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED,
 __all__ = ["analyse", "write_report", "default_out_dir", "KINDS", "REF_RTOL", "EST_RTOL", "MATCH_RTOL"]
 
 #: base method -> kind
-KINDS = {"pld": "certified", "prv": "certified", "spa": "certified", "rdp": "upper bound",
-         "clt": "estimate", "dp_accounting": "peer", "prv_accountant": "peer"}
-OURS = ("pld", "prv", "spa", "rdp", "clt")
+def _kinds() -> dict:
+    """Method -> what its numbers are, from pldlib's method registry (the peers are ``peer``)."""
+    from pldlib.methods import method_info, method_names
+
+    from .peers import PEERS
+
+    out = {m: {"upper": "upper bound"}.get(method_info(m).kind, method_info(m).kind) for m in method_names()}
+    out.update({p: "peer" for p in PEERS})
+    return out
+
+
+KINDS = _kinds()
+#: pldlib's own methods
+OURS = tuple(m for m, k in KINDS.items() if k != "peer")
 #: a reference is "tight" when its relative width is at most this
 REF_RTOL = 0.01
 #: the accuracy asked of estimates

@@ -42,6 +42,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pldlib._validate import RELATIONS as _RELATIONS  # noqa: E402
+from pldlib.sampling import sampling_names  # noqa: E402
+
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
     "config_kind",
@@ -52,8 +55,9 @@ __all__ = [
 AXES = ("sigma", "q", "steps", "delta", "sampling", "relation")
 #: what the ``sigma`` axis means for each mechanism
 MECHANISMS = {"gaussian": "noise multiplier sigma", "laplace": "noise scale b"}
-SAMPLINGS = ("none", "poisson", "wor")
-RELATIONS = ("add", "remove", "add_remove", "substitution")
+#: sampling names and relations: read from pldlib (their one definition each)
+SAMPLINGS = sampling_names()
+RELATIONS = _RELATIONS
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
             "sampling", "relation", "quick", "variants", "report")
 #: what a ``quick:`` section may override (``sweeps run CONFIG --quick``)

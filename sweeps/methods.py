@@ -165,140 +165,105 @@ def make_mechanism(params: dict):
     raise ValueError(f"mechanism: unknown {params['mechanism']!r}")
 
 
+def make_event(params: dict):
+    """The pldlib event of one step of a block (the relation is the accountant's)."""
+    return make_mechanism(params).event
+
+
 def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-# -- the PLD method --------------------------------------------------------------
-def _opt_discretisation(fld, v):
-    from pldlib.accountant import DISCRETISATIONS
-
-    from .config import ConfigError
-
-    if not isinstance(v, str) or v not in DISCRETISATIONS:
-        raise ConfigError(fld, f"must be one of {', '.join(DISCRETISATIONS)}, got {v!r}")
-    return v
+# -- pldlib's own methods, from its registry -----------------------------------------
+#: sweep options per pldlib method with their defaults (kept as they were so that stored
+#: sweeps keep their fingerprints; every constructor keyword of the accountant is accepted)
+SWEEP_DEFAULTS = {"pld": {"interval": None, "max_bins": None},
+                  "prv": {"eps_error": None, "delta_error": None, "max_bins": None}}
+#: constructor settings a sweep always uses (not options: a cell must never raise for an edge)
+SWEEP_FIXED = {"spa": {"on_edge": "flag"}}
 
 
-@register("pld", options={"interval": _opt_positive_or_none, "max_bins": _opt_int_ge1_or_none,
-                          "discretisation": _opt_discretisation},
-          # (no default for discretisation: configs that leave it out keep their fingerprint)
-          defaults={"interval": None, "max_bins": None},
-          description="pldlib certified PLD accountant (lower, upper)")
-def pld_method(params, steps, deltas, options):
-    """One accountant per steps value, each answering all deltas in one call; the
-    steps values share their discretisation (:func:`pldlib.accountant.account_steps`:
-    each accountant equals ``pldlib.account(mech, steps=k, interval=h)`` at the
-    shared spacing ``h``; with ``interval`` unset, ``h`` is the automatic spacing
-    of the largest steps value, shared by the smaller ones whose own rule is not
-    finer).
+def _constructor_options(cls) -> list[str]:
+    import inspect
 
-    Options: ``interval`` (grid spacing; default automatic), ``max_bins``,
-    ``discretisation`` (``connect_the_dots``, the default, or ``privacy_buckets``).
-
-    If a steps value raises, the other steps values still run; a
-    ``PrecisionLimitError`` for the vectorised call is retried delta by delta
-    so that the answerable deltas are kept.
-    """
-    from pldlib.accountant import account_steps
-
-    kw = {k: options[k] for k in ("interval", "max_bins", "discretisation") if options.get(k) is not None}
-    mech = make_mechanism(params)
-    ks = [int(k) for k in steps]
-    return _answer_per_steps(None, steps, deltas,
-                             make_all=lambda: account_steps(mech, ks, errors="return", **kw))
+    return [n for n, p in inspect.signature(cls.__init__).parameters.items()
+            if p.kind == p.KEYWORD_ONLY and not n.startswith("_")]
 
 
-def _answer_per_steps(make_accountant, steps, deltas, make_all=None):
-    """(lower, upper, notes) arrays of shape (steps, deltas) from one accountant per steps value.
+def _option_validator(name: str, opt: str):
+    """Validate one option by building the accountant with it (pldlib validates once)."""
+    def check(fld, v):
+        from pldlib.methods import accountant_class
 
-    ``make_accountant(k)`` builds one; or ``make_all()`` returns them all at once, in
-    ``steps`` order, with an exception in place of one that could not be built.
-    """
-    import pldlib
+        from .config import ConfigError
 
-    deltas = np.asarray(deltas, dtype=float)
-    lo = np.full((len(steps), deltas.size), np.nan)
-    up = np.full((len(steps), deltas.size), np.nan)
-    notes = []
-    built = make_all() if make_all is not None else None
-    for i, k in enumerate(steps):
+        if v is None and SWEEP_DEFAULTS.get(name, {}).get(opt, ...) is None:
+            return None  # an explicit null where the sweep's default is null
+        if isinstance(v, list):
+            v = tuple(v)
         try:
-            if built is None:
-                acc = make_accountant(int(k))
-            elif isinstance(built[i], BaseException):
-                raise built[i]
-            else:
-                acc = built[i]
-        except Exception as e:
-            if _transient(e) or (isinstance(e, (NotImplementedError, ValueError, TypeError)) and i == 0):
-                raise  # transient: let Dask retry; a bad mechanism: fail the whole block
-            notes.append(f"steps={k}: {_short(e)}")
-            continue
-        try:
-            r = acc.epsilon(deltas)
-            lo[i], up[i] = r.lower, r.upper
-        except pldlib.PrecisionLimitError:
-            for j, d in enumerate(deltas):
-                try:
-                    r = acc.epsilon(float(d))
-                    lo[i, j], up[i, j] = r.lower, r.upper
-                except pldlib.PrecisionLimitError as e:
-                    notes.append(f"steps={k}: {_short(e)}")
-        except Exception as e:
-            if _transient(e):
-                raise
-            notes.append(f"steps={k}: {_short(e)}")
-    return lo, up, notes
+            accountant_class(name)("add_remove", **{opt: v})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(fld, str(e)) from None
+        return v
+    return check
 
 
-# -- the PRV method --------------------------------------------------------------
-@register("prv", options={"eps_error": _opt_positive_or_none, "delta_error": _opt_positive_or_none,
-                          "max_bins": _opt_int_ge1_or_none},
-          defaults={"eps_error": None, "delta_error": None, "max_bins": None},
-          description="pldlib PRV accountant (certified lower, upper; the estimate is not stored)")
-def prv_method(params, steps, deltas, options):
-    from pldlib.prv import account_prv
+def accountant_for(name: str, params: dict, options: dict):
+    """An empty accountant of the registered method ``name`` for one block."""
+    from pldlib.methods import accountant_class
 
-    kw = {k: options[k] for k in ("eps_error", "delta_error", "max_bins") if options.get(k) is not None}
-    mech = make_mechanism(params)
-    return _answer_per_steps(lambda k: account_prv(mech, steps=k, **kw), steps, deltas)
+    cls = accountant_class(name)
+    kw = {k: options[k] for k in _constructor_options(cls) if options.get(k) is not None}
+    kw.update(SWEEP_FIXED.get(name, {}))
+    return cls(params["relation"], **kw)
 
 
-# -- SPA and the baselines ---------------------------------------------------------
-def _grid_method(make):
+def _registry_method(name: str):
     def fn(params, steps, deltas, options):
-        acc = make(make_mechanism(params))
-        lo, _est, up = acc.epsilon_grid(np.asarray(steps), np.asarray(deltas, dtype=float))
-        return np.asarray(lo, dtype=float), np.asarray(up, dtype=float), []
+        from pldlib.methods import UnsupportedEventError, method_info
+
+        from .peers import Unsupported, record
+
+        acc = accountant_for(name, params, options)
+        event = make_event(params)
+        if not acc.supports(event):
+            try:
+                acc.fresh().compose(event)
+            except UnsupportedEventError as e:
+                raise Unsupported(str(e)) from None
+        lo, est, up, notes = acc.epsilon_per_steps(event, [int(k) for k in steps], deltas)
+        if np.isfinite(est).any():
+            record(estimate=est)
+        if method_info(name).kind == "estimate":
+            nan = np.full(np.shape(est), np.nan)
+            return nan, nan, notes
+        return lo, up, notes
+    fn.__name__ = f"{name}_method"
+    fn.__doc__ = (f"Sweep method {name!r}: the pldlib accountant registered under this name, "
+                  "one accountant per block answering every steps value and delta of its row "
+                  "(:meth:`pldlib.methods.Accountant.epsilon_per_steps`).")
     return fn
 
 
-def _spa(mech):
-    from pldlib.spa import account_spa
+def _register_pldlib_methods() -> None:
+    from pldlib.methods import accountant_class, method_info, method_names
 
-    return account_spa(mech, on_edge="flag")
-
-
-def _rdp(mech):
-    from pldlib.baselines import account_rdp
-
-    return account_rdp(mech)
+    for name in method_names(("certified", "upper", "estimate")):
+        cls = accountant_class(name)
+        opts = {o: _option_validator(name, o) for o in _constructor_options(cls) if o not in SWEEP_FIXED.get(name, {})}
+        register(name, options=opts, defaults=SWEEP_DEFAULTS.get(name, {}),
+                 description=method_info(name).summary)(_registry_method(name))
 
 
-register("spa", description="saddle-point accountant: certified Berry-Esseen interval")(_grid_method(_spa))
-register("rdp", description="RDP accountant: upper bound only (eps_lower is NaN)")(_grid_method(_rdp))
+_register_pldlib_methods()
 
 
 # -- the task --------------------------------------------------------------------
 def _transient(e: BaseException) -> bool:
-    try:
-        from pldlib import GridTooLargeError
-    except Exception:  # pragma: no cover
-        GridTooLargeError = ()
-    if isinstance(e, MemoryError):
-        return not isinstance(e, GridTooLargeError)
-    return isinstance(e, OSError)
+    from pldlib.methods.base import transient
+
+    return transient(e)
 
 
 def run_block(spec: dict) -> dict:

@@ -74,7 +74,13 @@ __all__ = ["Unsupported", "record", "run_block", "PEERS", "check_available", "PE
 PEERS = {"dp_accounting": "dp_accounting", "prv_accountant": "prv_accountant"}
 PEER_EXTRA = "pip install 'pldlib[peers]'"
 #: methods whose answer is an estimate only (bounds always NaN)
-ESTIMATE_ONLY = ("clt",)
+def _estimate_only() -> tuple:
+    from pldlib.methods import method_names
+
+    return method_names("estimate")
+
+
+ESTIMATE_ONLY = _estimate_only()
 #: prefixes of a block error that mean "this method does not support the combination"
 UNSUPPORTED_PREFIXES = ("Unsupported: ", "NotImplementedError: ")
 
@@ -331,27 +337,3 @@ def prv_accountant_method(params, steps, deltas, options):
     return lo, up, notes_d + notes
 
 
-# -- estimates of our own methods -------------------------------------------------------
-@register("clt", description="Gaussian-DP CLT approximation: an ESTIMATE only (eps_estimate; bounds NaN)")
-def clt_method(params, steps, deltas, options):
-    from pldlib.baselines import account_clt
-
-    _nan, est, _nan2 = account_clt(make_mechanism(params)).epsilon_grid(np.asarray(steps),
-                                                                        np.asarray(deltas, dtype=float))
-    est = np.asarray(est, dtype=float)
-    record(estimate=est)
-    nan = np.full(est.shape, np.nan)
-    return nan, nan, []
-
-
-def _spa_with_estimate(params, steps, deltas, options):
-    from .methods import _spa
-
-    acc = _spa(make_mechanism(params))
-    lo, est, up = acc.epsilon_grid(np.asarray(steps), np.asarray(deltas, dtype=float))
-    record(estimate=est)
-    return np.asarray(lo, dtype=float), np.asarray(up, dtype=float), []
-
-
-register("spa", description=get_method("spa").description + "; eps_estimate = SP-MSD1 (clipped into it)")(
-    _spa_with_estimate)

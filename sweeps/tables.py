@@ -17,7 +17,7 @@ every variable, written from the driver as the task finishes (data first,
 ``status`` last as the commit marker).  An interrupted build resumes: rows
 whose status is ok are kept; a store made from another config is refused.
 
-What one row task does, for each steps value k (MATH.md section 9):
+What one row task does, for each steps value k (docs/MATH.md section 9):
 
 1. **eps cube** -- the certified PLD *upper* bound eps(delta) for all deltas at once,
    on a geometric sigma grid (ratio ``sigma_ratio``) that brackets every target:
@@ -453,7 +453,7 @@ def _skeleton(cfg: TableConfig):
     )
     ds.attrs.update(kind=TABLE_KIND, name=cfg.name, fingerprint=cfg.fingerprint(),
                     config=json.dumps(cfg.canonical()), pldlib_version=pldlib.__version__,
-                    rounding="look-ups round epsilon down, delta down, q up, steps up (MATH.md section 9)",
+                    rounding="look-ups round epsilon down, delta down, q up, steps up (docs/MATH.md section 9)",
                     created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     return ds
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.accountant import _rule_interval, _step_stats, account_steps
+from pldlib.pld.accountant import _rule_interval, _step_stats, account_steps
 from sweeps.methods import get_method
 
 DELTAS = np.array([1e-9, 1e-6, 1e-3])

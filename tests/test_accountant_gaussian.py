@@ -1,7 +1,7 @@
 """The accountant on the Gaussian mechanism without subsampling, against the closed form.
 
 k-fold composition of the Gaussian pair with noise multiplier sigma is one Gaussian
-pair with r = sqrt(k) / sigma (MATH.md section 1):
+pair with r = sqrt(k) / sigma (docs/MATH.md section 1):
     delta(eps) = Phi(-eps/r + r/2) - e^eps Phi(-eps/r - r/2).
 The truth is evaluated with mpmath at 40 digits and eps(delta) found by bisection
 in mpmath, so it is independent of the log_ndtr evaluation inside the library.

@@ -9,8 +9,9 @@ from scipy.optimize import brentq
 
 import pldlib
 from pldlib import Gaussian, Laplace
-from pldlib.baselines import RDP_ORDERS, account_clt, account_rdp, rdp_single_step
-from pldlib.profiles import GaussianProfile
+from pldlib.methods.clt import account_clt
+from pldlib.methods.rdp import RDP_ORDERS, account_rdp, rdp_single_step
+from pldlib.profiles.base import GaussianProfile
 
 DPSGD = [  # (sigma, q, steps)
     (0.6, 0.01, 500),

@@ -5,14 +5,14 @@ coarse bound at full accuracy first and the other only at queries where that
 direction's coarse *upper* bound exceeds the lower bound found so far.  These tests
 check (i) that the skip happens where it should (DP-SGD: the add direction lies far
 below), (ii) that the answer then agrees with computing both directions in full, and
-(iii) where the directions cross (subsampled Laplace, MATH.md section 2), that both
+(iii) where the directions cross (subsampled Laplace, docs/MATH.md section 2), that both
 are used and each direction's own certified bounds are respected.
 """
 import numpy as np
 import pytest
 
 import pldlib
-from pldlib.accountant import COARSE_FACTOR
+from pldlib.pld.accountant import COARSE_FACTOR
 
 
 def _full(acc):

@@ -1,4 +1,4 @@
-"""The accountant against brute-force enumeration of every output sequence (MATH.md section 8).
+"""The accountant against brute-force enumeration of every output sequence (docs/MATH.md section 8).
 
 For a pair on finitely many outputs, the k-fold composition is the product pair
 and its curve is delta(eps) = sum over output sequences o of (P(o) - e^eps Q(o))_+.
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import pldlib
-from pldlib.profiles import FiniteProfile
+from pldlib.profiles.base import FiniteProfile
 
 
 # ----------------------------------------------------------------------------
@@ -81,7 +81,7 @@ RR_ALPHAS = [Fraction(1, 3), Fraction(1, 2), Fraction(2, 3), Fraction(1), Fracti
 
 
 def test_enumerator_reproduces_the_rr_closed_form():
-    """k = 1: (e^eps0 - alpha)_+ / (1 + e^eps0) with e^eps0 = 3 (MATH.md section 1)."""
+    """k = 1: (e^eps0 - alpha)_+ / (1 + e^eps0) with e^eps0 = 3 (docs/MATH.md section 1)."""
     pairs = product_pair(RR_P, RR_Q, 1)
     for a in RR_ALPHAS:
         if a >= 1:
@@ -132,7 +132,7 @@ def test_randomized_response_epsilon_matches_enumeration(k):
 
 
 # ----------------------------------------------------------------------------
-# seed 002 section 5: add and remove cross after composition (MATH.md section 8)
+# seed 002 section 5: add and remove cross after composition (docs/MATH.md section 8)
 # ----------------------------------------------------------------------------
 SEED_A = [Fraction(3, 4), Fraction(1, 4)]  # all-zeros dataset: outputs 0 w.p. 3/4
 SEED_B = [Fraction(1, 2), Fraction(1, 2)]  # one record added, sampled w.p. 1/2

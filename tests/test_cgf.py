@@ -20,7 +20,7 @@ import pytest
 from scipy import integrate
 
 from pldlib import ApproxDP, Gaussian, Laplace, RandomizedResponse
-from pldlib.cgf import (
+from pldlib.methods.cgf import (
     ComposedCGF,
     FiniteCGF,
     GaussianCGF,
@@ -30,7 +30,7 @@ from pldlib.cgf import (
     mechanism_cgfs,
     profile_cgf,
 )
-from pldlib.profiles import GaussianProfile
+from pldlib.profiles.base import GaussianProfile
 
 T_VALUES = np.array([1e-3, 0.2, 1.0, 3.0, 10.0, 40.0])
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarn
 def _direct_moments(mech, t, order=4):
     """E_P[L^m e^{tL}] / E_P[e^{tL}] and ln E_P[e^{tL}] by scipy.quad from the densities.
 
-    Independent of pldlib.cgf: the pair is rebuilt here from MATH.md section 2
+    Independent of pldlib.cgf: the pair is rebuilt here from docs/MATH.md section 2
     (densities written out by hand, loss = ln p - ln q with logaddexp).
     """
     s_or_b = mech.sigma if isinstance(mech, Gaussian) else mech.scale

@@ -20,7 +20,7 @@ from scipy.special import log_ndtr
 
 import pldlib
 from pldlib import cli
-from pldlib.accountant import Interval
+from pldlib.pld.accountant import Interval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,11 +148,23 @@ def test_version(capsys):
 
 
 # -- registry, defaults and non-finite output (fake accountant) -----------------------
-class _FakeAccountant:
-    interval = 0.5
+class _FakeAccountant(pldlib.Accountant):
+    """A registered method that answers what the test tells it to."""
 
-    def __init__(self, mech, steps, lo=-math.inf, hi=math.inf, exc=None):
-        self.mech, self.steps, self.lo, self.hi, self.exc = mech, steps, lo, hi, exc
+    method = "fake"
+    made: list = []
+    answer: dict = {}
+
+    def __init__(self, relation="add_remove", *, interval=None, max_bins=None):
+        super().__init__(relation)
+        self.lo, self.hi, self.exc = self.answer.get("lo", -math.inf), self.answer.get("hi", math.inf), \
+            self.answer.get("exc")
+        self.interval = 0.5
+        self.made.append(self)
+
+    @property
+    def event(self):
+        return self.components[0][0].event
 
     def _answer(self, x):
         if self.exc is not None:
@@ -165,14 +177,13 @@ class _FakeAccountant:
 
 @pytest.fixture
 def fake_method(monkeypatch):
-    made = []
+    from pldlib import methods
 
     def install(**kw):
-        def factory(mech, steps, *, interval, max_bins, **_):
-            acc = _FakeAccountant(mech, steps, **kw)
-            made.append(acc)
-            return acc
-        monkeypatch.setitem(cli.METHODS, "fake", factory)
+        made = []
+        monkeypatch.setattr(_FakeAccountant, "made", made)
+        monkeypatch.setattr(_FakeAccountant, "answer", kw)
+        monkeypatch.setitem(methods._METHODS, "fake", methods.MethodInfo("fake", "certified", _FakeAccountant))
         return made
     return install
 
@@ -191,11 +202,11 @@ def test_q_below_one_defaults_to_poisson(capsys, fake_method):
     code, out, _ = run_main(["epsilon", *GAUSS, "--q", "0.01", "--delta", "1e-5", "--method", "fake",
                              "--json"], capsys)
     assert code == 0
-    assert made[0].mech.sampling == "poisson" and made[0].mech.q == 0.01
+    assert made[0].event.scheme == "poisson" and made[0].event.q == 0.01
     assert json_strict(out)["params"]["sampling"] == "poisson"
     code, _, _ = run_main(["epsilon", *GAUSS, "--q", "0.01", "--sampling", "wor", "--delta", "1e-5",
                            "--method", "fake"], capsys)
-    assert code == 0 and made[1].mech.sampling == "wor"
+    assert code == 0 and made[1].event.scheme == "wor"
 
 
 @pytest.mark.parametrize("exc, code, word", [

@@ -1,4 +1,4 @@
-"""FFT composition (MATH.md section 4) against exact direct convolution.
+"""FFT composition (docs/MATH.md section 4) against exact direct convolution.
 
 The reference is the k-fold convolution of the same discrete masses computed
 exactly (fractions.Fraction: every float is a rational) or by repeated
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.composition import compose
-from pldlib.discretize import connect_the_dots, convex_hull_optimistic, grid_for
-from pldlib.pld import DiscretePLD
-from pldlib.profiles import GaussianProfile, LaplaceProfile, approx_dp_profile, randomized_response_profile
+from pldlib.pld.compose import compose
+from pldlib.pld.discretize import connect_the_dots, convex_hull_optimistic, grid_for
+from pldlib.pld.grid import DiscretePLD
+from pldlib.profiles.base import GaussianProfile, LaplaceProfile, approx_dp_profile, randomized_response_profile
 
 
 # ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Discretisation onto a grid (MATH.md section 3) and reading curves off discrete PLDs.
+"""Discretisation onto a grid (docs/MATH.md section 3) and reading curves off discrete PLDs.
 
 Expected values are independent of pldlib: the Gaussian curve from its closed
-form in mpmath, connect-the-dots masses from the slope formula of MATH.md 3.1
+form in mpmath, connect-the-dots masses from the slope formula of docs/MATH.md 3.1
 evaluated in mpmath on those exact curve values, bucket masses from exact
 normal CDFs, and discrete-PLD curves/inverses from direct high-precision sums
 and bisection.
@@ -14,9 +14,9 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pldlib.discretize import Grid, connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
-from pldlib.pld import DiscretePLD, GridMeasure
-from pldlib.profiles import GaussianProfile, LaplaceProfile, approx_dp_profile, randomized_response_profile
+from pldlib.pld.discretize import Grid, connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
+from pldlib.pld.grid import DiscretePLD, GridMeasure
+from pldlib.profiles.base import GaussianProfile, LaplaceProfile, approx_dp_profile, randomized_response_profile
 
 DPS = 40
 
@@ -67,7 +67,7 @@ def test_grid_covers_the_loss_range_and_contains_zero(prof, h):
 
 
 # ----------------------------------------------------------------------------
-# connect the dots: equals the true curve at the grid points (MATH.md 3.1)
+# connect the dots: equals the true curve at the grid points (docs/MATH.md 3.1)
 # ----------------------------------------------------------------------------
 @pytest.mark.parametrize("sigma,h,tail", [(1.0, 0.05, 1e-12), (0.5, 0.1, 1e-20), (5.0, 0.01, 1e-12), (20.0, 0.002, 1e-30)])
 def test_connect_the_dots_interpolates_the_gaussian_curve(sigma, h, tail):

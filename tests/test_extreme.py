@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.profiles import GaussianProfile
+from pldlib.profiles.base import GaussianProfile
 
 
 def _timed(fn):

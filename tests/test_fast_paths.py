@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from pldlib import composition as C
-from pldlib.discretize import _lower_hull_values, _monotone_chain
+from pldlib.pld import compose as C
+from pldlib.pld.discretize import _lower_hull_values, _monotone_chain
 
 
 def _reference_hull(px, py, x):
@@ -109,7 +109,7 @@ def test_cached_sides_give_the_same_compositions_as_fresh_ones():
     import dataclasses
 
     import pldlib
-    from pldlib.accountant import account
+    from pldlib.pld.accountant import account
 
     acc = account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson"), steps=2000, interval=2e-3)
     st = acc._branches[-1]

@@ -4,7 +4,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from pldlib.pld import GridMeasure, _discounted_tail_sums
+from pldlib.pld.grid import GridMeasure, _discounted_tail_sums
 
 
 def _exact(m, h):

@@ -1,4 +1,4 @@
-"""Single-step privacy profiles against independent closed forms (MATH.md sections 0-1).
+"""Single-step privacy profiles against independent closed forms (docs/MATH.md sections 0-1).
 
 Every expected value here is computed independently of pldlib: mpmath at 40
 digits for the Gaussian and Laplace closed forms (and quadrature of the
@@ -15,7 +15,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pldlib.profiles import (
+from pldlib.profiles.base import (
     FiniteProfile,
     GaussianProfile,
     LaplaceProfile,
@@ -64,10 +64,17 @@ def discrete_delta(P, Q, alpha):
     return sum((max(0, p - alpha * q) for p, q in zip(P, Q)), start=0 * alpha)
 
 
+def _mpf(x):
+    """mpf from a float or a Fraction (mpmath < 1.4 does not convert Fractions itself)."""
+    if isinstance(x, Fraction):
+        return mp.mpf(x.numerator) / x.denominator
+    return mp.mpf(x)
+
+
 def mp_discrete_delta(P, Q, eps):
     with mp.workdps(DPS):
         a = mp.exp(mp.mpf(eps))
-        return mp.fsum(max(mp.mpf(0), mp.mpf(p) - a * mp.mpf(q)) for p, q in zip(P, Q))
+        return mp.fsum(max(mp.mpf(0), _mpf(p) - a * _mpf(q)) for p, q in zip(P, Q))
 
 
 EPS_GRID = np.concatenate([-np.geomspace(30, 1e-3, 25), [0.0], np.geomspace(1e-3, 30, 25)])
@@ -115,7 +122,7 @@ def test_gaussian_loss_distribution_functions(sigma):
 
 @pytest.mark.parametrize("sigma", [0.5, 2.0])
 def test_gaussian_derivative_and_loss_identity(sigma):
-    """delta'(eps) = -e^eps Q(L > eps) and P(L > eps) = delta - delta' (MATH.md section 0)."""
+    """delta'(eps) = -e^eps Q(L > eps) and P(L > eps) = delta - delta' (docs/MATH.md section 0)."""
     prof = GaussianProfile(sigma)
     r = 1.0 / sigma
     eps = np.linspace(-3, 6, 19) * r
@@ -153,7 +160,7 @@ def test_gaussian_sensitivity_does_not_change_the_pair():
 # Laplace
 # ----------------------------------------------------------------------------
 def laplace_closed_form(a, eps):
-    """MATH.md section 1 for 0 <= eps <= a, extended to eps < 0 by the reversed-pair
+    """docs/MATH.md section 1 for 0 <= eps <= a, extended to eps < 0 by the reversed-pair
     identity (the Laplace pair is symmetric): 1 - e^{(eps-a)/2} on [-a, a], 1 - e^eps below."""
     eps = mp.mpf(eps)
     if eps >= a:
@@ -219,7 +226,7 @@ def test_randomized_response_closed_form(eps0):
         # enumeration of the two outputs, any eps
         t = mp_discrete_delta([p, 1 - p], [1 - p, p], e)
         assert abs(g - t) <= 1e-14, (e, g, t)
-        if e >= 0:  # MATH.md section 1 closed form
+        if e >= 0:  # docs/MATH.md section 1 closed form
             assert abs(g - max(e0 - math.exp(e), 0.0) / (1 + e0)) <= 1e-14
 
 
@@ -253,7 +260,7 @@ def test_approx_dp_profile_closed_form(eps0, delta0):
 
 
 # ----------------------------------------------------------------------------
-# hockey-stick characterisation of the exact profiles (MATH.md section 0)
+# hockey-stick characterisation of the exact profiles (docs/MATH.md section 0)
 # ----------------------------------------------------------------------------
 PROFILES = {
     "gauss0.5": GaussianProfile(0.5),

@@ -1,5 +1,5 @@
 """Property tests: every discrete PLD pldlib builds is a valid distribution whose curve
-is a hockey-stick curve on the promised side of the truth (MATH.md sections 0 and 3).
+is a hockey-stick curve on the promised side of the truth (docs/MATH.md sections 0 and 3).
 
 The truth is computed here, independently of pldlib: the Gaussian closed form in
 mpmath, the Laplace closed form, and direct enumeration of the output
@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from pldlib.discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
-from pldlib.pld import GridMeasure
-from pldlib.profiles import (
+from pldlib.pld.discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
+from pldlib.pld.grid import GridMeasure
+from pldlib.profiles.base import (
     FiniteProfile,
     GaussianProfile,
     LaplaceProfile,
@@ -290,7 +290,7 @@ def test_discretisations_panel(truth, h, tail, kind):
 
 
 # ----------------------------------------------------------------------------
-# reversed pair (MATH.md section 0)
+# reversed pair (docs/MATH.md section 0)
 # ----------------------------------------------------------------------------
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(

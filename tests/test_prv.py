@@ -1,4 +1,4 @@
-"""PRV accountant (seed 003, MATH.md section 5): certified (lower, estimate, upper).
+"""PRV accountant (seed 003, docs/MATH.md section 5): certified (lower, estimate, upper).
 
 Truths used here are independent of the PRV code:
 * the Gaussian closed form (k-fold Gaussian = one Gaussian with r = sqrt(k) / sigma;
@@ -24,8 +24,8 @@ import pytest
 
 import pldlib
 from pldlib import Estimate, PrecisionLimitError
-from pldlib.composition import GridTooLargeError
-from pldlib.prv import PRVAccountant, account_prv, discretise_prv, mesh_for
+from pldlib.pld.compose import GridTooLargeError
+from pldlib.methods.prv import PRVAccountant, account_prv, discretise_prv, mesh_for
 
 mp.mp.dps = 40
 
@@ -33,7 +33,7 @@ mp.mp.dps = 40
 # ---------------------------------------------------------------------------- truths
 
 def gauss_delta(eps: float, r: float) -> mp.mpf:
-    """delta(eps) of the Gaussian pair with parameter r (MATH.md section 1), in mpmath."""
+    """delta(eps) of the Gaussian pair with parameter r (docs/MATH.md section 1), in mpmath."""
     e, r = mp.mpf(eps), mp.mpf(r)
     return mp.ncdf(-e / r + r / 2) - mp.exp(e) * mp.ncdf(-e / r - r / 2)
 

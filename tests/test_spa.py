@@ -16,9 +16,9 @@ from scipy.optimize import brentq
 
 import pldlib
 from pldlib import ApproxDP, Gaussian, Laplace, PrecisionLimitError
-from pldlib.cgf import mechanism_cgfs
-from pldlib.profiles import GaussianProfile
-from pldlib.spa import (
+from pldlib.methods.cgf import mechanism_cgfs
+from pldlib.profiles.base import GaussianProfile
+from pldlib.methods.spa import (
     FLAG_INTERP,
     FLAG_MSD1,
     FLAG_T_HIGH,
@@ -29,7 +29,7 @@ from pldlib.spa import (
 )
 
 try:
-    from pldlib import truth as _truth
+    from pldlib.testing import truth as _truth
 except ImportError:  # pragma: no cover - the truth module is optional here
     _truth = None
 

@@ -17,15 +17,15 @@ from scipy import integrate, special
 
 import pldlib
 from pldlib.mechanisms import Branch, Custom, Mechanism
-from pldlib.mixtures import GaussianNoise, LaplaceNoise, poisson_add, poisson_remove, poisson_substitution
-from pldlib.montecarlo import delta_interval
-from pldlib.profiles import FiniteProfile
+from pldlib.profiles.mixtures import GaussianNoise, LaplaceNoise, poisson_add, poisson_remove, poisson_substitution
+from pldlib.testing.montecarlo import delta_interval
+from pldlib.profiles.base import FiniteProfile
 
 
 # ---------------------------------------------------------------- closed forms (k = 1)
 
 def _remove_closed_form(eps, sigma, q, D=1.0):
-    """MATH.md section 2, written out directly (independent of mixtures.py)."""
+    """docs/MATH.md section 2, written out directly (independent of mixtures.py)."""
     s = sigma * D
     out = []
     for e in np.atleast_1d(eps):
@@ -115,11 +115,6 @@ def test_randomized_response_counterexample_exact():
     # the library composes each direction and takes the max after composing
     pa = FiniteProfile(np.log([3 / 2, 1 / 2]), [3 / 4, 1 / 4])  # L of (A || B)
 
-    @dataclass_mech
-    class TwoWay(Mechanism):
-        def branches(self):
-            return [Branch("add", pa, pa), Branch("remove", pa.reversed(), pa.reversed())]
-
     h = math.log(3) / 2000  # ln(3/2) and ln(1/2) are not on one grid: the interval must contain the truth
     for label, prof in [("AB", pa), ("BA", pa.reversed())]:
         acc = pldlib.account(Custom(profile=prof), steps=2, interval=h)
@@ -128,16 +123,13 @@ def test_randomized_response_counterexample_exact():
             iv = acc.delta(math.log(alpha))
             assert iv.lower - 1e-12 <= float(truth) <= iv.upper + 1e-12
             assert iv.upper - iv.lower < 2e-3
-    acc = pldlib.account(TwoWay(), steps=2, interval=h)
+    # a custom pair whose add and remove directions differ: both composed, max after composing
+    two_way = Custom(profile=pa.reversed(), add_profile=pa)
+    assert [b.label for b in two_way.branches()] == ["add", "remove"]
+    acc = pldlib.account(two_way, steps=2, interval=h)
     for alpha, truth in [(Fraction(4, 3), Fraction(11, 48)), (Fraction(2), Fraction(1, 8))]:
         iv = acc.delta(math.log(alpha))
         assert iv.lower - 1e-12 <= float(truth) <= iv.upper + 1e-12
-
-
-def dataclass_mech(cls):
-    from dataclasses import dataclass
-
-    return dataclass(frozen=True)(cls)
 
 
 def _laplace_two_step_delta(eps, b, q, direction):

@@ -109,8 +109,8 @@ def test_variants_and_quick_validation(tmp_path, capsys):
 
 # -- results ------------------------------------------------------------------------
 def test_clt_is_an_estimate_and_spa_stores_its_estimate(client, tmp_path):
-    from pldlib.baselines import account_clt
-    from pldlib.spa import account_spa
+    from pldlib.methods.clt import account_clt
+    from pldlib.methods.spa import account_spa
 
     data = cfg(tmp_path / "e.zarr", methods=["pld", "clt", "spa"])
     rep = run(client, data)

@@ -1,6 +1,6 @@
 """Certified answers at tiny delta (1e-8 ... 1e-15) for DP-SGD shapes.
 
-Truth: pldlib.truth, the contour integral of MATH.md section 6 evaluated with
+Truth: pldlib.truth, the contour integral of docs/MATH.md section 6 evaluated with
 mpmath (independent of the discretisation and of the FFT).
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import functools
 import pytest
 
 import pldlib
-from pldlib import truth
-from pldlib.prv import account_prv
+from pldlib.testing import truth
+from pldlib.methods.prv import account_prv
 
 SHAPES = [(1.0, 0.01, 10_000), (1.5, 0.004, 20_000), (0.7, 0.05, 2_000), (2.0, 0.1, 1_000)]
 DELTAS = [1e-8, 1e-12, 1e-15]

@@ -10,7 +10,7 @@ import mpmath as mp
 import pytest
 from mpmath.calculus.quadrature import GaussLegendre
 
-from pldlib import truth
+from pldlib.testing import truth
 
 
 # ---------------------------------------------------------------------------
@@ -30,7 +30,7 @@ def _ell(x, sigma, q):
 
 
 def one_step_closed(e, sigma, q, direction):
-    """Single-step delta of the Poisson-subsampled Gaussian from the threshold (MATH.md section 2)."""
+    """Single-step delta of the Poisson-subsampled Gaussian from the threshold (docs/MATH.md section 2)."""
     sigma, q, e = mp.mpf(sigma), mp.mpf(q), mp.mpf(e)
     if direction == "remove":
         # L = ell(x) increasing; P = (1-q) N(0, s^2) + q N(1, s^2), Q = N(0, s^2)
@@ -210,7 +210,7 @@ def test_seed002_table1_delta_1e5():
 
 @pytest.mark.slow
 def test_seed002_table1_all_deltas():
-    expected = {1e-7: 1.17, 1e-6: 0.95, 1e-5: 0.78, 1e-4: 0.63}  # MATH.md section 8
+    expected = {1e-7: 1.17, 1e-6: 0.95, 1e-5: 0.78, 1e-4: 0.63}  # docs/MATH.md section 8
     for delta, approx in expected.items():
         eps = truth.epsilon_gaussian(delta, 0.8, 10_000, q=0.001, direction="add_remove")
         assert abs(float(eps) - approx) < 0.02, (delta, eps)

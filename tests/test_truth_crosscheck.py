@@ -6,7 +6,7 @@ import mpmath as mp
 import pytest
 
 import pldlib
-from pldlib import truth
+from pldlib.testing import truth
 
 
 def _closed_form(eps, sigma, k):

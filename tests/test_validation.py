@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.profiles import FiniteProfile, approx_dp_profile, randomized_response_profile
+from pldlib.profiles.base import FiniteProfile, approx_dp_profile, randomized_response_profile
 
 NAN, INF = float("nan"), float("inf")
 BAD_POSITIVE = [-1, -1.0, 0, 0.0, NAN, INF, -INF, np.nan, np.float64(-2.0)]

@@ -1,4 +1,4 @@
-"""Profiles of subsampled pairs: mixtures of shifted base noises (MATH.md section 2).
+"""Profiles of subsampled pairs: mixtures of shifted base noises (docs/MATH.md section 2).
 
 Poisson subsampling of an additive-noise mechanism with base noise B_c (B
 centred at c) gives pairs whose densities are mixtures of shifted copies of B:
@@ -14,7 +14,7 @@ function of the output x, so {L > eps} = {x > x_eps} for a threshold x_eps and
 
 which keeps full relative accuracy in both tails.  For remove the threshold is
 closed form: with g(x) = ln dB_D/dB_0 (x) and t = ln((e^eps - (1-q))/q),
-x_eps = g^{-1}(t) (MATH.md section 2); for substitution it is found by
+x_eps = g^{-1}(t) (docs/MATH.md section 2); for substitution it is found by
 bisection.  :class:`MaxProfile` is the point-wise maximum of two curves (WOR
 substitution, an upper bound); :func:`finite_mixture_profile` does the same
 constructions exactly for a finite (lattice) noise, for brute-force checks.
@@ -26,11 +26,13 @@ import math
 import numpy as np
 from scipy import special
 
-from .profiles import FiniteProfile, PrivacyProfile, _as_array
+from .base import FiniteProfile, PrivacyProfile, _as_array
 
 __all__ = [
+    "ShiftFamily",
     "GaussianNoise",
     "LaplaceNoise",
+    "LatticeNoise",
     "MixtureProfile",
     "MaxProfile",
     "poisson_remove",
@@ -42,7 +44,26 @@ __all__ = [
 
 # -- base noises: sf/cdf of B_0 and the log-likelihood ratio g(x) = ln dB_D/dB_0 ----------
 
-class GaussianNoise:
+class ShiftFamily:
+    """A noise B with shift D, as sampling schemes see it (docs/MATH.md section 2).
+
+    ``remove_pair(q)`` is P = (1-q) B_0 + q B_D against Q = B_0, ``add_pair(q)`` its
+    reverse, ``substitution_pair(q)`` is (1-q) B_0 + q B_D against (1-q) B_0 + q B_{-D}.
+    Continuous noises (``sf``, ``cdf``, ``g``, ``g_inv``) inherit these constructions;
+    :class:`LatticeNoise` overrides them with exact finite ones.
+    """
+
+    def remove_pair(self, q: float) -> PrivacyProfile:
+        return poisson_remove(self, q)
+
+    def add_pair(self, q: float) -> PrivacyProfile:
+        return poisson_add(self, q)
+
+    def substitution_pair(self, q: float) -> PrivacyProfile:
+        return poisson_substitution(self, q)
+
+
+class GaussianNoise(ShiftFamily):
     """N(0, s^2) with shift D: g(x) = (2 x D - D^2) / (2 s^2) (increasing, unbounded)."""
 
     def __init__(self, s: float, D: float):
@@ -74,7 +95,7 @@ class GaussianNoise:
         return rng.normal(0.0, self.s, n)
 
 
-class LaplaceNoise:
+class LaplaceNoise(ShiftFamily):
     """Lap(0, b) with shift D: g(x) = clip((2x - D)/b, -D/b, D/b) (non-decreasing)."""
 
     def __init__(self, b: float, D: float):
@@ -112,6 +133,24 @@ class LaplaceNoise:
 
     def sample(self, rng, n):
         return rng.laplace(0.0, self.b, n)
+
+
+class LatticeNoise(ShiftFamily):
+    """Integer noise with pmf ``pmf`` on offsets 0..m-1 and integer shift ``D``: every pair
+    is a finite profile computed exactly (:func:`finite_mixture_profile`)."""
+
+    def __init__(self, pmf, D: int):
+        self.pmf = np.asarray(pmf, dtype=float)
+        self.D = int(D)
+
+    def remove_pair(self, q: float) -> FiniteProfile:
+        return finite_mixture_profile(self.pmf, {0: 1 - q, self.D: q}, {0: 1.0})
+
+    def add_pair(self, q: float) -> FiniteProfile:
+        return finite_mixture_profile(self.pmf, {0: 1.0}, {0: 1 - q, self.D: q})
+
+    def substitution_pair(self, q: float) -> FiniteProfile:
+        return finite_mixture_profile(self.pmf, {0: 1 - q, self.D: q}, {0: 1 - q, -self.D: q})
 
 
 def _log_mix(q, t):

@@ -1,4 +1,4 @@
-"""The saddle-point accountant (SPA; seed 004, MATH.md section 6).
+"""The saddle-point accountant (SPA; seed 004, docs/MATH.md section 6).
 
 For the composition Y = L_1 + ... + L_k of independent single-step privacy
 losses (one dominating pair per step), with composed CGF K_Y = sum_i K_i
@@ -19,7 +19,7 @@ K_Y'(t) = eps + 1/t + 1/(1 + t).  Approximations (all at t_hat):
   error function so nothing overflows)
 
 with phi(t) = K_Y(t) - t eps - ln t - ln(1 + t) and phi2, phi3, phi4 its
-derivatives (MATH.md section 6).  These carry **no guarantee**.
+derivatives (docs/MATH.md section 6).  These carry **no guarantee**.
 
 Certified bounds (``lower``/``upper`` of every result)
 -----------------------------------------------------
@@ -36,7 +36,7 @@ Certified bounds (``lower``/``upper`` of every result)
       |delta(eps) - SPCLT_t(eps)| <= e^{K_Y(t) - t eps} 2 g_max(t) C sum_i rho_i / K_Y''^{3/2}.
 
   *Assumptions*: the steps are independent (true for the product dominating
-  pairs composed here, adaptive composition included, MATH.md section 0);
+  pairs composed here, adaptive composition included, docs/MATH.md section 0);
   each tilted step has a finite third moment (every supported loss is
   bounded or Gaussian-tailed, so the CGF is finite for all t); the cumulants
   and rho are computed accurately -- they come from the quadratures of
@@ -83,7 +83,7 @@ with ``on_edge="flag"`` (or ``return_flags=True``) they return NaN estimates
 with certified bounds and the flags.
 
 Branches (add/remove, WOR substitution's max-profile) are composed
-separately and the answers maximised afterwards (MATH.md section 2).  For WOR
+separately and the answers maximised afterwards (docs/MATH.md section 2).  For WOR
 substitution the estimate and the upper bound use the max-profile (an upper
 bound of the true curve), the lower bound the remove pair.
 """
@@ -96,8 +96,9 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from . import _validate as V
-from .accountant import Estimate, PrecisionLimitError, _components
+from .. import _validate as V
+from .._validate import PrecisionLimitError
+from .base import Accountant, Estimate, branch_labels, components_of
 from .cgf import ComposedCGF, mechanism_cgfs
 
 __all__ = [
@@ -173,7 +174,7 @@ def _log_ew(m, v, t):
 def sp_log_delta(method: str, K, K1, K2, K3, K4, t, eps):
     """ln delta of SP-MSD0 / SP-MSD1 / SP-CLT at tilt t for composed cumulants (vectorised).
 
-    The formulas of MATH.md section 6; t is normally the saddle point (then
+    The formulas of docs/MATH.md section 6; t is normally the saddle point (then
     K1 = eps + 1/t + 1/(1+t)), but any t > 0 is accepted.  MSD1 returns NaN
     where its correction factor is not positive.
     """
@@ -306,16 +307,24 @@ def account_spa(mechanism, steps: int | None = None, *, t_range=(1e-5, 1e4), nod
     >>> acc = account_spa(Gaussian(sigma=1.0, q=0.01, sampling="poisson"), steps=10_000)
     >>> acc.epsilon(1e-6)   # Estimate(lower=..., estimate=..., upper=...)
     """
-    return SPAAccountant(_components(mechanism, steps), t_range=t_range, nodes_per_decade=nodes_per_decade,
-                         on_edge=on_edge)
+    return SPAAccountant.for_mechanism(mechanism, steps, t_range=t_range, nodes_per_decade=nodes_per_decade,
+                                       on_edge=on_edge)
 
 
-class SPAAccountant:
-    """Saddle-point accounting for a fixed sequence of mechanisms (see :func:`account_spa`)."""
+class SPAAccountant(Accountant):
+    """Saddle-point accounting (docs/MATH.md section 7; see :func:`account_spa`).
+
+    ``SPAAccountant(relation, t_range=..., nodes_per_decade=32, on_edge="raise")
+    .compose(event, count)``; answers are :class:`Estimate`: certified lower and
+    upper (Berry-Esseen + Chernoff) around the SP-MSD1 estimate (no guarantee).
+    """
 
     method = "spa"
+    kind = "certified"
 
-    def __init__(self, components, t_range=(1e-5, 1e4), nodes_per_decade: int = 32, on_edge: str = "raise"):
+    def __init__(self, relation: str = "add_remove", *, t_range=(1e-5, 1e4), nodes_per_decade: int = 32,
+                 on_edge: str = "raise"):
+        super().__init__(relation)
         if on_edge not in ("raise", "flag"):
             raise ValueError(f"on_edge must be 'raise' or 'flag', got {on_edge!r}")
         t_lo, t_hi = float(t_range[0]), float(t_range[1])
@@ -329,17 +338,29 @@ class SPAAccountant:
         self.n_iter = 14     # Illinois iterations for the certified eps
         self.max_refine = 6   # levels of grid refinement where the interpolants are not accurate
         self.max_nodes = 1500  # node budget for the refinement
-        self.components = components
-        self.total_steps = sum(k for _, k in components)
+        self.t_range = (t_lo, t_hi)
+        self.nodes_per_decade = nodes_per_decade
+
+    def _options(self) -> dict:
+        return {"t_range": self.t_range, "nodes_per_decade": self.nodes_per_decade, "on_edge": self.on_edge}
+
+    def epsilon_per_steps(self, event, steps, deltas):
+        """As :meth:`Accountant.epsilon_per_steps`, from one CGF table for all steps values
+        (:meth:`epsilon_grid`); the estimate is SP-MSD1 clipped into the certified interval."""
+        acc = self.fresh().compose(event, 1)
+        acc._ensure_built()
+        lo, est, up = acc.epsilon_grid(np.asarray(steps), np.asarray(deltas, dtype=float))
+        return np.asarray(lo, float), np.asarray(est, float), np.asarray(up, float), []
+
+    def _build(self):
+        components = self.components
+        t_lo, t_hi = self.t_range
+        nodes_per_decade = self.nodes_per_decade
         t0 = time.perf_counter()
         n = int(math.ceil(math.log10(t_hi / t_lo) * nodes_per_decade)) + 1
         self.tgrid = np.geomspace(t_lo, t_hi, n)
         per_comp = [mechanism_cgfs(m) for m, _ in components]
-        labels = [lab for lab, _, _ in per_comp[0]]
-        for bl in per_comp[1:]:
-            for lab, _, _ in bl:
-                if lab not in labels:
-                    labels.append(lab)
+        labels = branch_labels(per_comp)
         self._labels = labels
         # one shared t-grid for every CGF, refined where a cumulant table changes abruptly
         cgfs = {}

@@ -1,4 +1,4 @@
-"""FFT composition of discrete PLDs with certified error terms (MATH.md section 4).
+"""FFT composition of discrete PLDs with certified error terms (docs/MATH.md section 4).
 
 Composition of PLDs on one grid spacing h is convolution of their mass arrays.
 ``compose`` computes a product of k-fold self-compositions (heterogeneous
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.fft as sfft
 
-from .pld import DiscretePLD, GridMeasure
+from .._validate import GridTooLargeError  # noqa: F401  (re-exported)
+from .grid import DiscretePLD, GridMeasure
 
 __all__ = ["compose", "Composition", "DEFAULT_ALIAS_TOL", "DEFAULT_MAX_BINS", "GridTooLargeError"]
 
@@ -40,9 +41,6 @@ _U = np.finfo(float).eps / 2
 DEFAULT_ALIAS_TOL = 1e-30
 DEFAULT_MAX_BINS = 2**25
 
-
-class GridTooLargeError(MemoryError):
-    """The composition would need more grid points than allowed."""
 
 
 @dataclass(frozen=True)

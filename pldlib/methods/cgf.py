@@ -1,4 +1,4 @@
-"""Cumulant generating functions of single-step privacy losses (MATH.md section 6).
+"""Cumulant generating functions of single-step privacy losses (docs/MATH.md section 6).
 
 For one dominating pair (P, Q) with privacy loss L = ln dP/dQ the *CGF* is
 
@@ -52,7 +52,7 @@ How each single-step pair is handled
 * :class:`MaxProfileCGF` -- WOR substitution, upper branch.  The dominating
   "pair" is only known through its hockey-stick curve, the point-wise maximum
   of the add and remove curves at sensitivity 2D (:class:`~pldlib.mixtures.MaxProfile`).
-  The law of its loss is read off that curve (MATH.md section 0):
+  The law of its loss is read off that curve (docs/MATH.md section 0):
   P(L > e) = delta(e) - delta'(e), i.e. on each e-interval where one branch
   is the larger, L is distributed as that branch's loss, and where the
   selected branch switches (at e*), the kink of the max-curve is an atom of
@@ -87,8 +87,8 @@ from typing import Sequence
 import numpy as np
 from scipy import optimize, special
 
-from .mixtures import GaussianNoise, LaplaceNoise, MaxProfile, MixtureProfile
-from .profiles import FiniteProfile, GaussianProfile, LaplaceProfile, PrivacyProfile
+from ..profiles.mixtures import GaussianNoise, LaplaceNoise, MaxProfile, MixtureProfile, _logsumexp_weighted
+from ..profiles.base import FiniteProfile, GaussianProfile, LaplaceProfile, PrivacyProfile
 
 __all__ = [
     "StepCGF",
@@ -448,18 +448,10 @@ def _log_delta_mixture(prof: MixtureProfile, eps: np.ndarray) -> np.ndarray:
     pw, ps, qw, qs, _, _, log_up = prof._sides()
     x = prof._x(eps)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        A = _lse_weighted(pw, [log_up(x - c) for c in ps])
-        B = eps + _lse_weighted(qw, [log_up(x - d) for d in qs])
+        A = _logsumexp_weighted(pw, [log_up(x - c) for c in ps])
+        B = eps + _logsumexp_weighted(qw, [log_up(x - d) for d in qs])
         out = A + np.log(-np.expm1(np.minimum(B - A, 0.0)))
     return np.where(np.isfinite(A), out, -np.inf)
-
-
-def _lse_weighted(weights, values):
-    terms = [math.log(w) + v for w, v in zip(weights, values) if w > 0]
-    out = terms[0]
-    for t in terms[1:]:
-        out = np.logaddexp(out, t)
-    return out
 
 
 class MaxProfileCGF(StepCGF):

@@ -1,4 +1,4 @@
-"""Monte Carlo validation of privacy curves (seed 002, section 5; MATH.md section 8).
+"""Monte Carlo validation of privacy curves (seed 002, section 5; docs/MATH.md section 8).
 
 Samples the composed privacy loss Y = sum of per-step losses under P and
 estimates delta(eps) = E[(1 - e^{eps - Y})_+].  Each term lies in [0, 1], so by
@@ -16,10 +16,9 @@ import math
 
 import numpy as np
 
-from . import _validate as V
-from .accountant import Interval, _components
-from .mechanisms import Mechanism
-from .profiles import FiniteProfile, GaussianProfile, LaplaceProfile
+from .. import _validate as V
+from ..methods.base import Interval, Step, components_of
+from ..profiles.base import FiniteProfile, GaussianProfile, LaplaceProfile
 
 __all__ = ["delta_interval", "sample_losses"]
 
@@ -57,7 +56,8 @@ def delta_interval(mechanism, steps=None, epsilon=(0.0,), *, n_samples: int = 10
     -------
     Interval(lower, upper) of arrays, the max over the mechanism's branches.
     """
-    comps = _components(mechanism, steps)
+    relation, events = components_of(mechanism, steps)
+    comps = [(Step(e, relation), k) for e, k in events]
     eps = V.epsilon_array("epsilon", epsilon)
     n_samples = V.steps("n_samples", n_samples)
     beta = V.probability_open("beta", beta)

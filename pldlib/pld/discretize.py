@@ -1,10 +1,10 @@
-"""From a privacy profile to a discrete PLD on a uniform grid (MATH.md section 3).
+"""From a privacy profile to a discrete PLD on a uniform grid (docs/MATH.md section 3).
 
 Three discretisations, each with a stated direction:
 
 * :func:`connect_the_dots` -- pessimistic, the best pessimistic PLD on the grid
   (seed 000, Algorithm 1).  Implemented from interval masses, which is the same
-  algebra as the slope formula of MATH.md 3.1 but avoids its second differences:
+  algebra as the slope formula of docs/MATH.md 3.1 but avoids its second differences:
   the mass of L in each cell (eps_{i-1}, eps_i] is split between the two ends so
   that both its P-mass and its Q-mass are kept, i.e. the right end receives
   ``E / (1 - e^{-h})`` with ``E = P(cell) - e^{eps_{i-1}} Q(cell)``.  The curve of
@@ -29,13 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .pld import DiscretePLD
-from .profiles import PrivacyProfile
+from .grid import DiscretePLD
+from ..profiles.base import MAX_SINGLE_LOSS, PrivacyProfile, loss_range  # noqa: F401
 
 __all__ = ["Grid", "grid_for", "connect_the_dots", "convex_hull_optimistic", "privacy_buckets"]
 
 _U = np.finfo(float).eps / 2  # unit round-off
-MAX_SINGLE_LOSS = 700.0  # e^eps must stay finite in the alpha-form formulas
 
 
 @dataclass(frozen=True)
@@ -57,17 +56,10 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | N
     The grid always contains eps = 0 strictly inside, as the hull construction needs.
     Raises :class:`~pldlib.composition.GridTooLargeError` beyond ``max_points``.
     """
-    lo, hi = profile.eps_bounds(tail)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError("the privacy loss range of this profile is not finite at the requested tail")
-    if max(abs(lo), abs(hi)) > MAX_SINGLE_LOSS:
-        raise OverflowError(
-            f"single-step privacy loss reaches {max(abs(lo), abs(hi)):.3g}, beyond the "
-            f"supported {MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise"
-        )
+    lo, hi = loss_range(profile, tail)
     n_points = (max(hi, h) - min(lo, -h)) / h
     if max_points is not None and n_points > max_points:
-        from .composition import GridTooLargeError
+        from .compose import GridTooLargeError
 
         raise GridTooLargeError(
             f"one step needs {n_points:,.0f} grid points at interval {h:.3g} (limit {max_points:,}); "
@@ -308,7 +300,7 @@ def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool
 
 
 def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):
-    """Connect-the-dots masses from curve values d_i at alpha_i = x_i (MATH.md 3.1).
+    """Connect-the-dots masses from curve values d_i at alpha_i = x_i (docs/MATH.md 3.1).
 
     B_{-1} = (1 - d_0)/x_0, B_{i-1} = (d_{i-1} - d_i)/(x_i - x_{i-1}), B_n = 0,
     m_i = x_i (B_{i-1} - B_i), p_inf = d_n.  Returns masses, p_inf and a bound on

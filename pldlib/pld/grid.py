@@ -1,7 +1,7 @@
 """Discrete privacy loss distributions on a uniform grid, and reading answers off them.
 
 A discrete PLD holds masses ``m_i`` at losses ``eps_i = (start + i) * h`` plus a
-mass ``p_inf`` at +inf.  Its hockey-stick curve (MATH.md section 3) is
+mass ``p_inf`` at +inf.  Its hockey-stick curve (docs/MATH.md section 3) is
 
     delta(eps) = p_inf + sum_{eps_i > eps} m_i (1 - e^{eps - eps_i}),
 
@@ -12,7 +12,7 @@ linear in e^eps between grid points.  On the segment (eps_{i-1}, eps_i] it equal
 
 (B is scaled to the segment end so nothing overflows at large eps), which
 gives both delta(eps) and the exact inverse eps(delta) per segment
-(MATH.md section 4).  The functions here work on any non-negative measure
+(docs/MATH.md section 4).  The functions here work on any non-negative measure
 (total mass need not be 1), which is what the certified upper and lower
 curves of a composition are.
 """

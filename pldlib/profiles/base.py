@@ -1,7 +1,7 @@
 """Privacy profiles: the hockey-stick maths of single-step dominating pairs.
 
 A *profile* describes one pair of distributions (P, Q) through its privacy
-loss L = ln dP/dQ (MATH.md section 0).  Everything downstream -- connect-the-dots
+loss L = ln dP/dQ (docs/MATH.md section 0).  Everything downstream -- connect-the-dots
 and convex-hull PLDs, composition, Monte Carlo, CGFs -- is derived from four
 survival/distribution functions of L, which every profile implements
 accurately in both tails:
@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 from scipy import special
 
-from . import _validate as V
+from .. import _validate as V
 
 __all__ = [
     "PrivacyProfile",
@@ -37,6 +37,29 @@ __all__ = [
     "randomized_response_profile",
     "approx_dp_profile",
 ]
+
+
+#: largest single-step privacy loss the grid methods accept (e^eps must stay finite)
+MAX_SINGLE_LOSS = 700.0
+
+
+class LossRangeError(V.PrecisionLimitError, OverflowError):
+    """A single step's privacy loss is beyond what floating point can handle."""
+
+
+def loss_range(profile, tail: float) -> tuple[float, float]:
+    """(lo, hi): the loss range of ``profile`` up to ``tail`` mass on each side (the loss-range
+    guard every discretiser uses): ValueError if it is not finite, :class:`LossRangeError`
+    beyond :data:`MAX_SINGLE_LOSS`."""
+    lo, hi = profile.eps_bounds(tail)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError("the privacy loss range of this profile is not finite at the requested tail")
+    if max(abs(lo), abs(hi)) > MAX_SINGLE_LOSS:
+        raise LossRangeError(
+            f"single-step privacy loss reaches {max(abs(lo), abs(hi)):.3g}, beyond the "
+            f"supported {MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise"
+        )
+    return lo, hi
 
 
 def _as_array(eps) -> np.ndarray:
@@ -195,7 +218,7 @@ class ReversedProfile(PrivacyProfile):
 class GaussianProfile(PrivacyProfile):
     """Pair (N(0, s^2), N(D, s^2)) with s = sigma * D; r = D / s = 1 / sigma.
 
-    Under P, L ~ N(r^2/2, r^2); under Q, L ~ N(-r^2/2, r^2) (MATH.md section 1):
+    Under P, L ~ N(r^2/2, r^2); under Q, L ~ N(-r^2/2, r^2) (docs/MATH.md section 1):
         delta(eps) = Phi(-eps/r + r/2) - e^eps Phi(-eps/r - r/2),
     evaluated with ``log_ndtr`` so the tails keep their relative accuracy.
     k-fold composition is the same profile with r * sqrt(k).
@@ -252,7 +275,7 @@ class LaplaceProfile(PrivacyProfile):
     L = a for x <= 0, -a for x >= D, (D - 2x)/b in between.  For |eps| < a:
         P(L > eps) = 1 - exp(-(a - eps)/2) / 2,   Q(L > eps) = exp(-(a + eps)/2) / 2,
     so delta(eps) = 1 - exp((eps - a)/2) for 0 <= eps <= a and 0 above a
-    (MATH.md section 1).  Atoms: P(L = a) = 1/2, P(L = -a) = e^{-a}/2.
+    (docs/MATH.md section 1).  Atoms: P(L = a) = 1/2, P(L = -a) = e^{-a}/2.
     """
 
     def __init__(self, scale: float, sensitivity: float = 1.0):
@@ -376,7 +399,7 @@ def randomized_response_profile(eps0: float) -> FiniteProfile:
 
 
 def approx_dp_profile(eps0: float, delta0: float) -> FiniteProfile:
-    """The dominating pair of any (eps0, delta0)-DP mechanism (MATH.md section 1).
+    """The dominating pair of any (eps0, delta0)-DP mechanism (docs/MATH.md section 1).
 
     L = +inf w.p. delta0, +eps0 w.p. (1 - delta0) e^eps0 / (1 + e^eps0), -eps0 otherwise.
     """

@@ -1,4 +1,4 @@
-"""The PRV accountant (seed 003, Gopi, Lee & Wutschitz; MATH.md section 5), with certified bounds.
+"""The PRV accountant (seed 003, Gopi, Lee & Wutschitz; docs/MATH.md section 5), with certified bounds.
 
 ``account_prv(mechanism, steps, eps_error=..., delta_error=...)`` follows the
 paper's algorithm -- truncate each step's privacy random variable (PRV, the
@@ -105,13 +105,15 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.fft as sfft
 
-from . import _validate as V
-from .accountant import Estimate, PrecisionLimitError, _components
-from . import composition as _C
-from .composition import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
-from .discretize import MAX_SINGLE_LOSS, SF_REL_ACCURACY
-from .mixtures import MaxProfile, MixtureProfile
-from .pld import DiscretePLD, GridMeasure
+from .. import _validate as V
+from .._validate import PrecisionLimitError
+from .base import Accountant, Estimate, branch_labels, components_of
+from ..pld import compose as _C
+from ..pld.compose import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
+from ..pld.discretize import SF_REL_ACCURACY
+from ..profiles.base import loss_range
+from ..profiles.mixtures import MaxProfile, MixtureProfile
+from ..pld.grid import DiscretePLD, GridMeasure
 
 __all__ = ["account_prv", "PRVAccountant", "DiscretePRV", "discretise_prv", "DEFAULT_DELTA_ERROR"]
 
@@ -199,14 +201,7 @@ def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_B
     probability is then computed from the tails (not assumed).  See the module
     docstring for the certified terms.
     """
-    lo, hi = profile.eps_bounds(tail)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError("the privacy loss range of this profile is not finite at the requested tail")
-    if max(abs(lo), abs(hi)) > MAX_SINGLE_LOSS:
-        raise PrecisionLimitError(
-            f"single-step privacy loss reaches {max(abs(lo), abs(hi)):.3g}, beyond the supported "
-            f"{MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise"
-        )
+    lo, hi = loss_range(profile, tail)
     i_lo = int(math.floor(lo / h)) - 1
     i_hi = int(math.ceil(hi / h)) + 1
     n = i_hi - i_lo + 1  # bins
@@ -392,14 +387,8 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
     PRVAccountant with ``.epsilon(delta)`` and ``.delta(epsilon)`` returning
     :class:`~pldlib.Estimate` (lower, estimate, upper); lower and upper are certified.
     """
-    eps_error = V.positive_finite("eps_error", eps_error)
-    if delta_error is None:
-        delta_error = DEFAULT_DELTA_ERROR
-    delta_error = V.probability_open("delta_error", delta_error)
-    if isinstance(max_bins, bool) or not isinstance(max_bins, (int, np.integer)) or max_bins < 16:
-        raise ValueError(f"max_bins must be an integer >= 16, got {max_bins!r}")
-    return PRVAccountant(_components(mechanism, steps), eps_error=eps_error, delta_error=delta_error,
-                         max_bins=int(max_bins))
+    return PRVAccountant.for_mechanism(mechanism, steps, eps_error=eps_error, delta_error=delta_error,
+                                       max_bins=max_bins)
 
 
 class _Side:
@@ -455,71 +444,6 @@ class _Branch:
     lo: _Side  # the same object when the branch's two profiles coincide
 
 
-class _CachedMeasure(GridMeasure):
-    """A :class:`GridMeasure` whose tail sums are computed once (answers are read many times).
-
-    ``delta`` and ``epsilon`` are the same formulas as :class:`GridMeasure`'s.
-    """
-
-    def _base(self):
-        c = self.__dict__.get("_prv_base")
-        if c is None:
-            grid = self.__dict__.get("_prv_grid")
-            if grid is None:
-                grid = (self.start + np.arange(self.masses.size)) * self.h
-            A, B = GridMeasure._tails(self)
-            c = (grid, np.append(A, 0.0), np.append(B, 0.0))
-            object.__setattr__(self, "_prv_base", c)
-        return c
-
-    def _dcurve(self):
-        D = self.__dict__.get("_prv_D")
-        if D is None:
-            _, A, B = self._base()
-            D = self.const + A[1:] - np.exp(-self.h) * B[1:]
-            D = np.minimum.accumulate(np.maximum(D, 0.0))
-            object.__setattr__(self, "_prv_D", D)
-        return D
-
-    @property
-    def eps_grid(self) -> np.ndarray:
-        return self._base()[0]
-
-    def _tails(self):
-        _, A, B = self._base()
-        return A[:-1], B[:-1]
-
-    def delta(self, eps) -> np.ndarray:
-        eps = np.asarray(eps, dtype=float)
-        grid, A, B = self._base()
-        n = grid.size
-        i = np.searchsorted(grid, eps, side="right")
-        end = np.where(i < n, grid[np.minimum(i, n - 1)], 0.0)
-        with np.errstate(over="ignore", invalid="ignore"):
-            val = self.const + A[i] - np.exp(eps - end) * B[i]
-        val = np.where(i >= n, self.const, val)
-        return np.maximum(val, 0.0)
-
-    def epsilon(self, delta) -> np.ndarray:
-        delta = np.asarray(delta, dtype=float)
-        grid, A, B = self._base()
-        D = self._dcurve()
-        n = grid.size
-        i = np.searchsorted(-D, -delta, side="left")
-        out = np.full(delta.shape, np.inf)
-        ok = i < n
-        ii = np.minimum(i, n - 1)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            num = self.const + A[ii] - delta
-            val = grid[ii] + np.log(num / B[ii])
-        val = np.where(num <= 0, -np.inf, val)
-        val = np.minimum(val, grid[ii])
-        val = np.where(ii > 0, np.maximum(val, grid[ii] - self.h), val)
-        out = np.where(ok, val, out)
-        out = np.where(ok & (B[ii] <= 0), grid[ii], out)
-        return out
-
-
 def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, cap: float = 1.0) -> Composition:
     """:func:`pldlib.composition.compose` for one list of pmfs used for both curves.
 
@@ -554,13 +478,11 @@ def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, ca
     if theta == 0.0 and log_left > -np.inf:
         const_up += math.exp(min(700.0, log_left + log_total))
     with np.errstate(over="ignore", invalid="ignore"):
-        upper = _CachedMeasure(h, w_lo, np.minimum((np.maximum(y, 0.0) + E) * untilt, cap), const_up)
-        roundoff = _CachedMeasure(h, w_lo, np.minimum(E * untilt, cap), 0.0)
+        upper = GridMeasure(h, w_lo, np.minimum((np.maximum(y, 0.0) + E) * untilt, cap), const_up)
+        roundoff = GridMeasure(h, w_lo, np.minimum(E * untilt, cap), 0.0)
         m_lo = np.maximum(y - E, 0.0) * untilt
-    lower = _CachedMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, cap), 0.0), 0.0)
+    lower = GridMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, cap), 0.0), 0.0)
     del m_lo, y, untilt
-    for m in (upper, roundoff, lower):  # the same grid formula as GridMeasure.eps_grid; shared
-        object.__setattr__(m, "_prv_grid", eps_win)
     alias_log = float(np.logaddexp(log_left, log_right) + log_total)
     valid_from = -np.inf if theta == 0.0 else w_lo * h
     return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N))
@@ -637,26 +559,38 @@ class _Comp:
         return np.where((e >= c.valid_from) & ~np.isnan(v), v, -np.inf)
 
 
-class PRVAccountant:
-    """PRV accounting for a fixed sequence of mechanisms (see :func:`account_prv` and the module docstring)."""
+class PRVAccountant(Accountant):
+    """PRV accounting (docs/MATH.md section 5.2; see :func:`account_prv` and the module docstring).
+
+    ``PRVAccountant(relation, eps_error=0.01, delta_error=None, max_bins=...)
+    .compose(event, count)``; answers are :class:`Estimate`: certified lower and upper
+    around the PRV central estimate (no guarantee).
+    """
 
     method = "prv"
+    kind = "certified"
 
-    def __init__(self, components, *, eps_error: float, delta_error: float, max_bins: int = DEFAULT_MAX_BINS):
-        t0 = time.perf_counter()
-        self.components = components
-        self.eps_error = float(eps_error)
-        self.delta_error = float(delta_error)
+    def __init__(self, relation: str = "add_remove", *, eps_error: float = 0.01, delta_error: float | None = None,
+                 max_bins: int = DEFAULT_MAX_BINS):
+        super().__init__(relation)
+        self.eps_error = V.positive_finite("eps_error", eps_error)
+        self.delta_error = V.probability_open("delta_error", DEFAULT_DELTA_ERROR if delta_error is None
+                                              else delta_error)
+        if isinstance(max_bins, bool) or not isinstance(max_bins, (int, np.integer)) or max_bins < 16:
+            raise ValueError(f"max_bins must be an integer >= 16, got {max_bins!r}")
         self.max_bins = int(max_bins)
-        self.total_steps = K = sum(k for _, k in components)
+
+    def _options(self) -> dict:
+        return {"eps_error": self.eps_error, "delta_error": self.delta_error, "max_bins": self.max_bins}
+
+    def _build(self):
+        t0 = time.perf_counter()
+        components = self.components
+        K = self.total_steps
         self.h = mesh_for(self.eps_error, self.delta_error, K)
         self.tail = self.delta_error / (8.0 * K)
         per_comp = [m.branches() for m, _ in components]
-        labels = [b.label for b in per_comp[0]]
-        for bl in per_comp[1:]:
-            for b in bl:
-                if b.label not in labels:
-                    labels.append(b.label)
+        labels = branch_labels(per_comp)
         disc: dict[int, DiscretePRV] = {}
 
         def prv_of(profile):
@@ -884,6 +818,7 @@ class PRVAccountant:
         """Certified (lower, upper) and the PRV estimate of eps(delta), vectorised over delta."""
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
+        self._ensure_built()
         lo = np.full(deltas.size, -np.inf)
         up = np.full(deltas.size, -np.inf)
         est = np.full(deltas.size, -np.inf)
@@ -916,6 +851,7 @@ class PRVAccountant:
         """Certified (lower, upper) and the PRV estimate of delta(eps), vectorised over eps."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
+        self._ensure_built()
         lo = np.zeros(eps.size)
         up = np.zeros(eps.size)
         est = np.zeros(eps.size)

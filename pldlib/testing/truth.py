@@ -1,4 +1,4 @@
-"""High-precision "truth" for tests and benchmarks (MATH.md sections 6 and 8).
+"""High-precision "truth" for tests and benchmarks (docs/MATH.md sections 6 and 8).
 
 This module is **slow and high precision**.  It is an independent reference
 against which the fast accountants (PLD, PRV, SPA) are measured; it is never
@@ -12,7 +12,7 @@ What it computes
 For the k-fold composition of one single-step pair (P, Q) with privacy loss
 L = ln dP/dQ and complex cumulant generating function
 ``K(z) = ln E_P[e^{z L}] = ln E_Q[(dP/dQ)^{1+z}]``, the hockey-stick curve is
-(MATH.md section 6)::
+(docs/MATH.md section 6)::
 
     delta(eps) = R(t) + (1 / 2 pi i) Integral_{t - i inf}^{t + i inf}
                         exp(k K(z) - z eps) / (z (z + 1)) dz
@@ -25,7 +25,7 @@ left of both poles of the kernel; then ``R(t) = 1 - e^eps``, because there
 Numerics
 --------
 * **Single-step CGF.**  For the plain Gaussian (q = 1), ``K(z) = z (z + 1) /
-  (2 sigma^2)`` in closed form.  For the Poisson-subsampled Gaussian (MATH.md
+  (2 sigma^2)`` in closed form.  For the Poisson-subsampled Gaussian (docs/MATH.md
   section 2, sensitivity 1, noise std sigma) with x = sigma u, u ~ N(0, 1) and
   ``l(u) = ln(1 - q + q exp(u / sigma - 1 / (2 sigma^2)))`` (real, increasing):
 
@@ -1008,7 +1008,7 @@ def delta_gaussian(eps, sigma, steps, q=1.0, direction="remove", dps=30, t=None,
     """High-precision delta(eps) of the k-fold (Poisson-subsampled) Gaussian mechanism.
 
     **Slow, high-precision reference**, for tests and benchmarks only.  It
-    evaluates the inverse-Laplace contour integral of MATH.md section 6 in
+    evaluates the inverse-Laplace contour integral of docs/MATH.md section 6 in
     ``mpmath`` (see the module docstring).  Typical costs: plain Gaussian ~0.02 s;
     sigma=1, q=0.01, 10,000 steps ~0.8 s; sigma=0.8, q=0.001, 10,000 steps
     ~1-4 s; one step with q < 1 and sigma=4 ~2-3 s.  Repeated calls with the
@@ -1025,7 +1025,7 @@ def delta_gaussian(eps, sigma, steps, q=1.0, direction="remove", dps=30, t=None,
     q : float, optional
         Poisson sampling probability in (0, 1]; q = 1 is the plain Gaussian.
     direction : {"remove", "add", "add_remove"}
-        Neighbouring relation (MATH.md section 2).  ``"remove"``: P = (1-q) N(0, s^2)
+        Neighbouring relation (docs/MATH.md section 2).  ``"remove"``: P = (1-q) N(0, s^2)
         + q N(1, s^2), Q = N(0, s^2); ``"add"``: the reversed roles; ``"add_remove"``:
         the maximum of the two composed curves.
     dps : int, optional

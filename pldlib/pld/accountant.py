@@ -18,10 +18,12 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from . import _validate as V
-from .composition import DEFAULT_MAX_BINS, Composition, GridTooLargeError, compose, estimate_tilt, solve_tilt
+from .. import _validate as V
+from .._validate import GridTooLargeError, PrecisionLimitError
+from ..mechanisms import Mechanism
+from ..methods.base import Accountant, Estimate, Interval, as_event, branch_labels, components_of  # noqa: F401
+from .compose import DEFAULT_MAX_BINS, Composition, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
-from .mechanisms import Mechanism
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS"]
@@ -44,63 +46,6 @@ TAIL_STEPS = 10**6
 
 def _tail_for(total_steps: int) -> float:
     return TAIL_TOTAL / max(int(total_steps), TAIL_STEPS)
-
-
-class PrecisionLimitError(ArithmeticError):
-    """A requested answer lies beyond what floating point can certify here."""
-
-
-class Interval(NamedTuple):
-    """A certified interval: ``lower <= truth <= upper`` (arrays or floats)."""
-
-    lower: np.ndarray | float
-    upper: np.ndarray | float
-
-    @property
-    def width(self):
-        return np.asarray(self.upper) - np.asarray(self.lower)
-
-
-class Estimate(NamedTuple):
-    """A certified interval with a central estimate: ``lower <= truth <= upper``.
-
-    ``estimate`` is an approximation (e.g. PRV's central value or SPA's SP-MSD1),
-    labelled as such: it carries no guarantee.
-    """
-
-    lower: np.ndarray | float
-    estimate: np.ndarray | float
-    upper: np.ndarray | float
-
-    @property
-    def width(self):
-        return np.asarray(self.upper) - np.asarray(self.lower)
-
-
-def _components(mechanism, steps) -> list[tuple[Mechanism, int]]:
-    if isinstance(mechanism, Mechanism):
-        return [(mechanism, V.steps("steps", 1 if steps is None else steps))]
-    if steps is not None:
-        raise ValueError("steps: give counts inside the list of (mechanism, steps) pairs")
-    try:
-        comps = list(mechanism)
-    except TypeError:
-        raise TypeError("mechanism must be a Mechanism or a list of (mechanism, steps) pairs") from None
-    if not comps:
-        raise ValueError("mechanism: the list of (mechanism, steps) pairs is empty")
-    out = []
-    for i, item in enumerate(comps):
-        try:
-            m, k = item
-        except (TypeError, ValueError):
-            raise TypeError(f"mechanism[{i}] must be a (mechanism, steps) pair") from None
-        if not isinstance(m, Mechanism):
-            raise TypeError(f"mechanism[{i}] is not a Mechanism: {m!r}")
-        out.append((m, V.steps(f"steps of mechanism[{i}]", k)))
-    relations = {m.relation for m, _ in out}
-    if len(relations) > 1:
-        raise ValueError(f"relation: all mechanisms of one sequence need the same relation, got {sorted(relations)}")
-    return out
 
 
 def _discretisation(name) -> str:
@@ -139,13 +84,8 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     >>> acc = account(Gaussian(sigma=0.8), steps=1000)
     >>> acc.epsilon(1e-6)            # Interval(lower=..., upper=...)
     """
-    if not isinstance(lower_bound, bool):
-        raise TypeError(f"lower_bound must be True or False, got {lower_bound!r}")
-    if not lower_bound and interval is None:
-        raise ValueError("lower_bound=False needs an explicit interval (the automatic one is tuned on the "
-                         "width of the interval)")
-    return PLDAccountant(_components(mechanism, steps), interval=interval, max_bins=max_bins,
-                         discretisation=discretisation, upper_only=not lower_bound)
+    return PLDAccountant.for_mechanism(mechanism, steps, interval=interval, max_bins=max_bins,
+                                       discretisation=discretisation, lower_bound=lower_bound)
 
 
 def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: float | None = None,
@@ -174,6 +114,13 @@ def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: 
     """
     if not isinstance(mechanism, Mechanism):
         raise TypeError("account_steps: mechanism must be a single Mechanism")
+    return _account_steps(mechanism.relation, mechanism.event, steps_list, interval=interval, max_bins=max_bins,
+                          discretisation=discretisation, errors=errors)
+
+
+def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAULT_MAX_BINS,
+                   discretisation="connect_the_dots", errors="raise") -> list:
+    """:func:`account_steps` for an event under ``relation``."""
     if errors not in ("raise", "return"):
         raise ValueError(f"errors: must be 'raise' or 'return', got {errors!r}")
     ks = [V.steps(f"steps_list[{i}]", k) for i, k in enumerate(steps_list)]
@@ -181,13 +128,22 @@ def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: 
         raise ValueError("steps_list: empty")
     _discretisation(discretisation)
     kw = dict(max_bins=max_bins, discretisation=discretisation)
+
+    def make(k, start=None, h=None):
+        acc = PLDAccountant(relation, interval=h, **kw)
+        acc._start = start
+        acc.compose(event, k)
+        acc._ensure_built()
+        return acc
+
     out: list = [None] * len(ks)
     distinct = sorted(set(ks), reverse=True)
     rule = {}
     if interval is None:
         try:
-            per_comp = [mechanism.branches()]
-            stats = _step_stats([(mechanism, 1)], per_comp)
+            one = PLDAccountant(relation, **kw).compose(event, 1)
+            per_comp = [s.branches() for s, _ in one.components]
+            stats = _step_stats(one.components, per_comp)
             rule = {k: _rule_interval(stats, [k])[0] for k in distinct}
         except Exception:
             if errors == "raise":
@@ -199,9 +155,9 @@ def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: 
         lead = todo.pop(0)
         try:
             if interval is None and lead in rule:
-                acc = PLDAccountant([(mechanism, lead)], interval=None, _start=rule[lead], **kw)
+                acc = make(lead, start=rule[lead])
             else:
-                acc = PLDAccountant([(mechanism, lead)], interval=interval, **kw)
+                acc = make(lead, h=interval)
         except Exception as e:
             if errors == "raise":
                 raise
@@ -350,36 +306,66 @@ def _rule_interval(stats, counts) -> tuple[float, float]:
     return float(max(best, 1e-6)), best_eps
 
 
-class PLDAccountant:
-    """Certified PLD accounting for a fixed sequence of mechanisms (see :func:`account`)."""
+class PLDAccountant(Accountant):
+    """Certified PLD accounting (docs/MATH.md sections 3-5): events in, intervals out.
+
+    ``PLDAccountant(relation, interval=None, max_bins=..., discretisation=...,
+    lower_bound=True).compose(event, count)``; see :func:`account` for the options.
+    Each query answers with an :class:`Interval` whose ``upper`` is a certified upper
+    bound (connect-the-dots, pessimistic) and ``lower`` a certified lower bound
+    (tangents + convex hull, optimistic).
+    """
 
     method = "pld"
+    kind = "certified"
 
-    def __init__(self, components, interval=None, max_bins=DEFAULT_MAX_BINS,
-                 discretisation="connect_the_dots", *, upper_only=False, _start=None):
-        self.components = components
-        self.upper_only = bool(upper_only)
-        if self.upper_only and interval is None:
-            raise ValueError("upper_only needs an explicit interval")
+    def __init__(self, relation: str = "add_remove", *, interval: float | None = None,
+                 max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
+                 lower_bound: bool = True):
+        super().__init__(relation)
+        if not isinstance(lower_bound, bool):
+            raise TypeError(f"lower_bound must be True or False, got {lower_bound!r}")
+        if not lower_bound and interval is None:
+            raise ValueError("lower_bound=False needs an explicit interval (the automatic one is tuned on the "
+                             "width of the interval)")
+        self._interval_opt = None if interval is None else V.positive_finite("interval", interval)
+        self.upper_only = not lower_bound
         self.discretisation = _discretisation(discretisation)
         self.max_bins = V.positive_int("max_bins", max_bins)
         if self.max_bins < 16:
             raise ValueError(f"max_bins must be at least 16, got {self.max_bins}")
-        self.total_steps = sum(k for _, k in components)
+        self._start = None  # a starting spacing for the automatic rule (account_steps)
+
+    def _options(self) -> dict:
+        return {"interval": self._interval_opt, "max_bins": self.max_bins, "discretisation": self.discretisation,
+                "lower_bound": not self.upper_only}
+
+    def epsilon_per_steps(self, event, steps, deltas):
+        """As :meth:`Accountant.epsilon_per_steps`; the steps values share discretisations
+        (:func:`account_steps`: each answer equals ``account(..., steps=k, interval=h)`` at
+        the shared spacing h)."""
+        if self.upper_only:
+            return super().epsilon_per_steps(event, steps, deltas)
+        deltas = V.delta_array("deltas", deltas)
+        ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
+        event = as_event(event, self.relation)
+        accs = _account_steps(self.relation, event, ks, interval=self._interval_opt, max_bins=self.max_bins,
+                              discretisation=self.discretisation, errors="return")
+        return self._table(ks, deltas, lambda k: accs[ks.index(k)])
+
+    def _build(self):
+        t0 = time.perf_counter()
+        components = self.components
+        interval = self._interval_opt
         per_comp = [m.branches() for m, _ in components]
-        labels = [b.label for b in per_comp[0]]
-        for bl in per_comp[1:]:
-            for b in bl:
-                if b.label not in labels:
-                    labels.append(b.label)
+        labels = branch_labels(per_comp)
         self._labels = labels
         self.tail = _tail_for(self.total_steps)
-        t0 = time.perf_counter()
         if interval is None:
-            if _start is None:
+            if self._start is None:
                 h, _ = _rule_interval(_step_stats(self.components, per_comp), [k for _, k in components])
             else:
-                h = float(_start)
+                h = float(self._start)
             self._branches = self._discretise(labels, per_comp, h)
             # refine once from a probe answer: the width of eps intervals scales
             # like h^2 (like h for privacy buckets), so aim the probe's relative
@@ -446,17 +432,15 @@ class PLDAccountant:
         per-step tail agrees (``steps <= TAIL_STEPS``)."""
         if len(self.components) != 1 or _tail_for(k) != self.tail:
             raise ValueError("only a single mechanism with the same per-step tail can share a discretisation")
-        new = object.__new__(PLDAccountant)
-        new.components = [(self.components[0][0], int(k))]
-        new.discretisation = self.discretisation
-        new.upper_only = self.upper_only
-        new.max_bins = self.max_bins
-        new.total_steps = int(k)
+        new = self.fresh()
+        new._steps = [(self._steps[0][0], int(k))]
+        new._built = True
         new._labels = self._labels
         new.tail = self.tail
         new._branches = [_BranchState(st.label, st.source, [int(k)]) for st in self._branches]
         new.interval = self.interval
         new.setup_seconds = 0.0
+        new._built_keys = ("_labels", "tail", "_branches", "interval", "setup_seconds")
         return new
 
     # -- composition with caching -----------------------------------------
@@ -608,6 +592,7 @@ class PLDAccountant:
         """
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
+        self._ensure_built()
         lo, up = self._epsilon(deltas)
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
@@ -646,6 +631,7 @@ class PLDAccountant:
         """Certified interval for delta(eps), vectorised over eps (negative eps allowed)."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
+        self._ensure_built()
         lo, up = self._combine(eps, "delta")
         up = np.minimum(up, 1.0)
         lo = np.minimum(lo, up)

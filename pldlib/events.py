@@ -1,0 +1,259 @@
+"""Privacy events as pure data (docs/MATH.md section 9).
+
+An event says *what* was released, never *how* to account for it: it holds
+parameters and no maths.  The maths of a base mechanism lives in
+:mod:`pldlib.profiles` (registered per event type in
+:mod:`pldlib.profiles.pairs`), the maths of a sampling scheme in
+:mod:`pldlib.sampling`, and each accounting method (:mod:`pldlib.methods`)
+decides which events it supports.  The neighbouring relation is not part of
+an event: it is stated once, on the accountant.
+
+Base mechanisms (one release):
+
+* :class:`GaussianEvent` -- additive Gaussian noise, noise multiplier ``sigma``
+* :class:`LaplaceEvent` -- additive Laplace noise of scale ``scale``
+* :class:`RandomizedResponseEvent` -- binary randomized response with ``eps0``
+* :class:`ApproxDPEvent` -- any (eps0, delta0)-DP mechanism
+* :class:`LatticeEvent` -- a symmetric integer noise given by its pmf (tiny, exact)
+* :class:`DiscreteLaplaceEvent` -- two-sided geometric noise on the integers
+* :class:`ProfileEvent` -- a user-supplied dominating pair (a :class:`~pldlib.profiles.PrivacyProfile`)
+
+Wrappers:
+
+* :class:`Sampled` -- ``event`` run on a random subset, ``q`` the sampling rate and
+  ``scheme`` a name from the sampling registry (``poisson``, ``wor``, ...)
+* :class:`SelfComposed` -- ``event`` repeated ``count`` times
+* :class:`Composed` -- a sequence of events
+* :class:`NoOp` -- releases nothing (composes to the identity)
+
+:func:`flatten` turns any event tree into ``[(step_event, count), ...]``, the
+single-step events (a base mechanism, possibly sampled) and their counts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from . import _validate as V
+
+__all__ = [
+    "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "ApproxDPEvent",
+    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "Sampled", "SelfComposed", "Composed", "NoOp",
+    "flatten", "is_step",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every privacy event (pure data)."""
+
+    def __repr__(self) -> str:  # numbers printed as numbers (not np.float64(...))
+        args = ", ".join(f"{f.name}={_fmt(getattr(self, f.name))}" for f in fields(self))
+        return f"{type(self).__name__}({args})"
+
+
+def _fmt(v):
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return repr(int(v))
+    return repr(v)
+
+
+@dataclass(frozen=True, repr=False)
+class BaseEvent(Event):
+    """A single release of a base mechanism (no sampling)."""
+
+
+@dataclass(frozen=True, repr=False)
+class GaussianEvent(BaseEvent):
+    """Gaussian noise of standard deviation ``sigma * sensitivity`` added to a query of
+    sensitivity ``sensitivity`` (``sigma`` is the noise multiplier)."""
+
+    sigma: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "sigma", V.positive_finite("sigma", self.sigma))
+        object.__setattr__(self, "sensitivity", V.positive_finite("sensitivity", self.sensitivity))
+
+
+@dataclass(frozen=True, repr=False)
+class LaplaceEvent(BaseEvent):
+    """Laplace noise of scale ``scale`` (b) added to a query of L1 sensitivity ``sensitivity``."""
+
+    scale: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", V.positive_finite("scale", self.scale))
+        object.__setattr__(self, "sensitivity", V.positive_finite("sensitivity", self.sensitivity))
+
+
+@dataclass(frozen=True, repr=False)
+class RandomizedResponseEvent(BaseEvent):
+    """Binary randomized response: the true bit with probability e^eps0 / (1 + e^eps0)."""
+
+    eps0: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "eps0", V.positive_finite("eps0", self.eps0))
+
+
+@dataclass(frozen=True, repr=False)
+class ApproxDPEvent(BaseEvent):
+    """Any (eps0, delta0)-DP mechanism (accounted through its worst-case pair)."""
+
+    eps0: float
+    delta0: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "eps0", V.nonnegative_finite("eps0", self.eps0))
+        object.__setattr__(self, "delta0", V.probability_closed_open("delta0", self.delta0))
+
+
+@dataclass(frozen=True, repr=False)
+class LatticeEvent(BaseEvent):
+    """Symmetric integer noise with pmf ``pmf`` (offsets 0..m-1) and sensitivity ``shift``."""
+
+    pmf: tuple
+    shift: int = 1
+
+    def __post_init__(self):
+        arr = np.asarray(self.pmf, dtype=float)
+        if arr.ndim != 1 or arr.size < 2 or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-12:
+            raise ValueError("pmf must be a probability vector of length >= 2")
+        if isinstance(self.shift, bool) or int(self.shift) != self.shift or self.shift < 1:
+            raise ValueError(f"shift must be an integer >= 1, got {self.shift!r}")
+        if not np.allclose(arr, arr[::-1], rtol=0, atol=1e-15):
+            # the dominating pairs of docs/MATH.md section 2 assume B_{-D} mirrors B_D
+            raise ValueError("pmf must be symmetric (pmf == pmf[::-1]) for the subsampling dominating pairs")
+        object.__setattr__(self, "pmf", tuple(float(x) for x in arr))
+        object.__setattr__(self, "shift", int(self.shift))
+
+
+@dataclass(frozen=True, repr=False)
+class DiscreteLaplaceEvent(BaseEvent):
+    """Discrete Laplace noise (pmf proportional to e^(-|x|/scale) on the integers) added to
+    an integer query of sensitivity ``sensitivity``."""
+
+    scale: float
+    sensitivity: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", V.positive_finite("scale", self.scale))
+        object.__setattr__(self, "sensitivity", V.positive_int("sensitivity", self.sensitivity))
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class ProfileEvent(BaseEvent):
+    """A user-supplied dominating pair, composed as given (for every relation).
+
+    With ``add_profile`` the pair differs by direction: ``profile`` is the remove
+    direction and ``add_profile`` the add direction (add_remove keeps both and
+    maximises after composition; substitution is then undefined).
+    """
+
+    profile: object
+    add_profile: object = None
+
+    def __post_init__(self):
+        from .profiles import PrivacyProfile
+
+        if not isinstance(self.profile, PrivacyProfile):
+            raise TypeError(f"profile must be a PrivacyProfile, got {type(self.profile).__name__}")
+        if self.add_profile is not None and not isinstance(self.add_profile, PrivacyProfile):
+            raise TypeError(f"add_profile must be a PrivacyProfile or None, got {type(self.add_profile).__name__}")
+
+
+@dataclass(frozen=True, repr=False)
+class Sampled(Event):
+    """``event`` applied to a random subset: each record's inclusion follows ``scheme``
+    at rate ``q`` (``q = 1``: every record is used, i.e. no sampling)."""
+
+    event: BaseEvent
+    q: float
+    scheme: str = "poisson"
+
+    def __post_init__(self):
+        from .sampling import scheme_names
+
+        if not isinstance(self.event, BaseEvent):
+            raise TypeError(f"event: Sampled wraps a base mechanism event, got {self.event!r}")
+        object.__setattr__(self, "q", V.sampling_rate("q", self.q))
+        V.choice("scheme", self.scheme, scheme_names())
+
+
+@dataclass(frozen=True, repr=False)
+class SelfComposed(Event):
+    """``event`` composed with itself ``count`` times."""
+
+    event: Event
+    count: int
+
+    def __post_init__(self):
+        if not isinstance(self.event, Event):
+            raise TypeError(f"event must be an Event, got {self.event!r}")
+        object.__setattr__(self, "count", V.steps("count", self.count))
+
+
+@dataclass(frozen=True, repr=False)
+class Composed(Event):
+    """The events of ``events``, one after the other."""
+
+    events: tuple
+
+    def __post_init__(self):
+        evs = tuple(self.events)
+        for i, e in enumerate(evs):
+            if not isinstance(e, Event):
+                raise TypeError(f"events[{i}] must be an Event, got {e!r}")
+        object.__setattr__(self, "events", evs)
+
+
+@dataclass(frozen=True, repr=False)
+class NoOp(Event):
+    """Releases nothing."""
+
+
+def is_step(event) -> bool:
+    """True for a single-step event: a base mechanism, or a sampled one."""
+    return isinstance(event, (BaseEvent, Sampled))
+
+
+def flatten(event: Event, count: int = 1) -> list[tuple[Event, int]]:
+    """``[(step_event, count), ...]``: the single-step events of ``event`` and how often
+    each runs, equal steps merged (composition is commutative), first occurrence order.
+    ``Sampled(e, 1.0, ...)`` is the same step as ``e``."""
+    out: dict = {}
+
+    def walk(e, k):
+        if isinstance(e, NoOp):
+            return
+        if isinstance(e, Sampled) and e.q == 1.0:
+            e = e.event
+        if is_step(e):
+            key = e if _hashable(e) else ("id", id(e))
+            if key in out:
+                out[key] = (e, out[key][1] + k)
+            else:
+                out[key] = (e, k)
+        elif isinstance(e, SelfComposed):
+            walk(e.event, k * e.count)
+        elif isinstance(e, Composed):
+            for sub in e.events:
+                walk(sub, k)
+        else:
+            raise TypeError(f"not a privacy event: {e!r}")
+
+    walk(event, V.steps("count", count))
+    return list(out.values())
+
+
+def _hashable(e) -> bool:
+    try:
+        hash(e)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,362 @@
+"""One accountant interface for every method (docs/MATH.md section 9).
+
+Every accounting method (pld, prv, spa, rdp, clt, and the peers wrapped by
+the sweeps) is an :class:`Accountant`:
+
+* ``Accountant(relation="add_remove", **options)`` -- the neighbouring relation
+  is stated once, here; options are validated at construction;
+* ``compose(event, count=1)`` -- adds ``count`` runs of ``event`` (an event of
+  :mod:`pldlib.events`, or a :class:`pldlib.Mechanism` whose relation matches),
+  returns the accountant; refuses events the method does not support with
+  :class:`UnsupportedEventError`;
+* ``supports(event)`` -- whether ``compose`` would accept it;
+* ``epsilon(delta)`` / ``delta(epsilon)`` -- vectorised; they return an
+  :class:`Interval` (certified methods) or an :class:`Estimate` (lower,
+  estimate, upper; NaN marks a side the method does not certify);
+* ``epsilon_per_steps(event, steps, deltas)`` -- a table over several step
+  counts of one event (what sweeps and atlases ask), shared work where the
+  method can.
+
+The work is done lazily, on the first query after the last ``compose``.
+``kind`` says what a method's numbers are: ``"certified"`` (both ends are
+proven bounds), ``"upper"`` (a proven upper bound only), ``"estimate"``
+(no guarantee) or ``"peer"`` (another library's accountant).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import _validate as V
+from .. import events as E
+from ..profiles.pairs import UnsupportedEventError
+
+__all__ = ["Interval", "Estimate", "Accountant", "Step", "UnsupportedEventError", "KINDS", "as_event",
+           "components_of"]
+
+#: what a method's numbers are
+KINDS = ("certified", "upper", "estimate", "peer")
+
+
+class Interval(NamedTuple):
+    """A certified interval: ``lower <= truth <= upper`` (arrays or floats)."""
+
+    lower: np.ndarray | float
+    upper: np.ndarray | float
+
+    @property
+    def width(self):
+        return np.asarray(self.upper) - np.asarray(self.lower)
+
+
+class Estimate(NamedTuple):
+    """An interval with a central estimate: ``lower <= truth <= upper``.
+
+    ``estimate`` is an approximation (e.g. PRV's central value or SPA's SP-MSD1),
+    labelled as such: it carries no guarantee.  A NaN ``lower`` or ``upper``
+    means the method does not certify that side (RDP: no lower bound; CLT: neither).
+    """
+
+    lower: np.ndarray | float
+    estimate: np.ndarray | float
+    upper: np.ndarray | float
+
+    @property
+    def width(self):
+        return np.asarray(self.upper) - np.asarray(self.lower)
+
+
+class Step:
+    """One single-step event bound to a relation: what a method's engine composes.
+
+    ``branches()`` are its dominating pairs (:func:`pldlib.sampling.dominating_pairs`).
+    """
+
+    __slots__ = ("event", "relation")
+
+    def __init__(self, event, relation: str):
+        self.event = event
+        self.relation = relation
+
+    def branches(self):
+        from ..sampling import dominating_pairs
+
+        return dominating_pairs(self.event, self.relation)
+
+    @property
+    def base(self) -> E.BaseEvent:
+        return self.event.event if isinstance(self.event, E.Sampled) else self.event
+
+    @property
+    def q(self) -> float:
+        return self.event.q if isinstance(self.event, E.Sampled) else 1.0
+
+    @property
+    def sampling(self) -> str:
+        return self.event.scheme if isinstance(self.event, E.Sampled) and self.event.q < 1.0 else "none"
+
+    def __repr__(self):
+        return f"Step({self.event!r}, relation={self.relation!r})"
+
+
+def as_event(obj, relation: str | None = None) -> E.Event:
+    """An event from ``obj``: an :class:`~pldlib.events.Event`, or a
+    :class:`~pldlib.Mechanism` (whose relation must be ``relation`` when given)."""
+    if isinstance(obj, E.Event):
+        return obj
+    from ..mechanisms import Mechanism
+
+    if isinstance(obj, Mechanism):
+        if relation is not None and obj.relation != relation:
+            raise ValueError(f"relation: the mechanism says {obj.relation!r} but the accountant was built for "
+                             f"{relation!r}; state the relation once, on the accountant")
+        return obj.event
+    raise TypeError(f"event must be a pldlib event or Mechanism, got {obj!r}")
+
+
+def components_of(mechanism, steps) -> tuple[str, list[tuple[E.Event, int]]]:
+    """(relation, [(event, count)]) from ``account``-style arguments: a Mechanism and a
+    step count, or a list of (Mechanism, steps) pairs (one relation for all)."""
+    from ..mechanisms import Mechanism
+
+    if isinstance(mechanism, Mechanism):
+        return mechanism.relation, [(mechanism.event, V.steps("steps", 1 if steps is None else steps))]
+    if steps is not None:
+        raise ValueError("steps: give counts inside the list of (mechanism, steps) pairs")
+    if isinstance(mechanism, E.Event):
+        raise TypeError("mechanism: for an event, build an accountant and call compose(event, count) "
+                        "(e.g. PLDAccountant(relation).compose(event, count))")
+    try:
+        comps = list(mechanism)
+    except TypeError:
+        raise TypeError("mechanism must be a Mechanism or a list of (mechanism, steps) pairs") from None
+    if not comps:
+        raise ValueError("mechanism: the list of (mechanism, steps) pairs is empty")
+    out = []
+    for i, item in enumerate(comps):
+        try:
+            m, k = item
+        except (TypeError, ValueError):
+            raise TypeError(f"mechanism[{i}] must be a (mechanism, steps) pair") from None
+        if not isinstance(m, Mechanism):
+            raise TypeError(f"mechanism[{i}] is not a Mechanism: {m!r}")
+        out.append((m, V.steps(f"steps of mechanism[{i}]", k)))
+    relations = {m.relation for m, _ in out}
+    if len(relations) > 1:
+        raise ValueError(f"relation: all mechanisms of one sequence need the same relation, got {sorted(relations)}")
+    return out[0][0].relation, [(m.event, k) for m, k in out]
+
+
+class Accountant:
+    """Base class of every accounting method (see the module docstring)."""
+
+    #: registry name of the method
+    method: str = ""
+    #: what its numbers are: one of :data:`KINDS`
+    kind: str = "certified"
+
+    def __init__(self, relation: str = "add_remove"):
+        self.relation = V.choice("relation", relation, V.RELATIONS)
+        self._steps: list[tuple[Step, int]] = []
+        self._built = False
+        self._building = False
+        self._built_keys: tuple = ()
+
+    # -- composition ---------------------------------------------------------------
+    def compose(self, event, count: int = 1) -> "Accountant":
+        """Add ``count`` runs of ``event``; returns the accountant (for chaining)."""
+        ev = as_event(event, self.relation)
+        count = V.steps("count", count)
+        flat = E.flatten(ev, count)
+        for e, _k in flat:
+            why = self._unsupported(Step(e, self.relation))
+            if why:
+                raise UnsupportedEventError(f"{self.method}: {why}")
+        for e, k in flat:
+            for i, (s, k0) in enumerate(self._steps):
+                if E._hashable(e) and s.event == e:
+                    self._steps[i] = (s, k0 + k)
+                    break
+            else:
+                self._steps.append((Step(e, self.relation), k))
+        self._reset()
+        return self
+
+    def supports(self, event) -> bool:
+        """Whether :meth:`compose` accepts ``event`` (under this accountant's relation)."""
+        try:
+            ev = as_event(event, self.relation)
+            return all(not self._unsupported(Step(e, self.relation)) for e, _ in E.flatten(ev))
+        except (TypeError, ValueError, UnsupportedEventError):
+            return False
+
+    def _unsupported(self, step: Step) -> str | None:
+        """Why this method cannot account ``step`` (None if it can); default: it needs the
+        step's dominating pairs."""
+        try:
+            step.branches()
+        except UnsupportedEventError as e:
+            return str(e)
+        return None
+
+    @property
+    def components(self) -> list[tuple[Step, int]]:
+        """The composed single steps and their counts."""
+        return list(self._steps)
+
+    @property
+    def total_steps(self) -> int:
+        return sum(k for _, k in self._steps)
+
+    @classmethod
+    def for_mechanism(cls, mechanism, steps=None, **options) -> "Accountant":
+        """Built accountant for ``account``-style arguments (a Mechanism and a step count,
+        or a list of (Mechanism, steps)); the relation is the mechanisms'."""
+        relation, comps = components_of(mechanism, steps)
+        acc = cls(relation, **options)
+        for event, k in comps:
+            acc.compose(event, k)
+        acc._ensure_built()  # build errors (e.g. grid size) raise here
+        return acc
+
+    # -- lazy build ------------------------------------------------------------------
+    def _build(self) -> None:
+        """Compute what the queries need from :attr:`components` (subclasses)."""
+
+    def _ensure_built(self) -> None:
+        if self._built:
+            return
+        if not self._steps:
+            raise ValueError(f"{self.method}: nothing composed yet: call compose(event, count) first")
+        before = set(self.__dict__)
+        self._building = True
+        try:
+            self._build()
+        finally:
+            self._building = False
+        self._built_keys = tuple(k for k in self.__dict__ if k not in before)
+        self._built = True
+
+    def _reset(self) -> None:
+        for k in self._built_keys:
+            self.__dict__.pop(k, None)
+        self._built_keys = ()
+        self._built = False
+
+    def __getattr__(self, name):
+        # state made by _build (e.g. ``interval``) is built on first access
+        d = self.__dict__
+        if name.startswith("__") or "_built" not in d or d["_built"] or d.get("_building"):
+            raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+        self._ensure_built()  # (nothing composed yet: a ValueError that says to compose first)
+        return getattr(self, name)
+
+    # -- queries --------------------------------------------------------------------------
+    def epsilon(self, delta):
+        raise NotImplementedError
+
+    def delta(self, epsilon):
+        raise NotImplementedError
+
+    def _options(self) -> dict:
+        """Constructor keyword arguments that rebuild an equivalent empty accountant."""
+        return {}
+
+    def fresh(self) -> "Accountant":
+        """An empty accountant of the same method, relation and options."""
+        return type(self)(self.relation, **self._options())
+
+    def epsilon_per_steps(self, event, steps, deltas):
+        """``(lower, estimate, upper, notes)``: eps(delta) of ``count`` runs of ``event``
+        for every ``count`` in ``steps`` (arrays of shape (len(steps), len(deltas))).
+
+        A steps value or delta that cannot be answered is NaN with a note (its text);
+        other errors of the event itself raise.  Methods override this to share work
+        across steps values; the default composes one fresh accountant per value.
+        """
+        deltas = V.delta_array("deltas", deltas)
+        ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
+        return self._table(ks, deltas, lambda k: self.fresh().compose(event, k))
+
+    @staticmethod
+    def _table(ks, deltas, make):
+        """Fill the (steps x deltas) table from ``make(k)`` -> a built accountant (or the
+        exception that building it raised).
+
+        Transient errors (``OSError``, a ``MemoryError`` other than
+        :class:`GridTooLargeError`) propagate so that a caller can retry; so does a
+        ``NotImplementedError``, ``TypeError`` or ``ValueError`` of the first steps value
+        (a bad event, not a bad cell).  Others become notes; a
+        :class:`PrecisionLimitError` of the vectorised query is retried delta by delta so
+        that the answerable deltas are kept.
+        """
+        S, D = len(ks), deltas.size
+        lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
+        notes = []
+        for i, k in enumerate(ks):
+            try:
+                acc = make(k)
+                if isinstance(acc, BaseException):
+                    raise acc
+                acc._ensure_built()
+            except Exception as e:
+                if transient(e) or (isinstance(e, (NotImplementedError, ValueError, TypeError)) and i == 0):
+                    raise
+                notes.append(f"steps={k}: {type(e).__name__}: {e}")
+                continue
+            try:
+                _put(acc.epsilon(deltas), lo, est, up, i, slice(None))
+            except V.PrecisionLimitError:
+                for j, d in enumerate(deltas):
+                    try:
+                        _put(acc.epsilon(float(d)), lo, est, up, i, j)
+                    except V.PrecisionLimitError as e:
+                        notes.append(f"steps={k}: {type(e).__name__}: {e}")
+            except Exception as e:
+                if transient(e):
+                    raise
+                notes.append(f"steps={k}: {type(e).__name__}: {e}")
+        return lo, est, up, notes
+
+    # -- display --------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={E._fmt(v)}" for k, v in self._options().items())
+        comps = "; ".join(f"{s.event!r} x {k}" for s, k in self._steps) or "nothing composed"
+        return (f"<{type(self).__name__} method={self.method!r} kind={self.kind!r} relation={self.relation!r}"
+                f"{', ' + opts if opts else ''}: {comps}>")
+
+
+def transient(e: BaseException) -> bool:
+    """Errors that may pass on another try: ``OSError`` and a ``MemoryError`` that is not
+    pldlib's own refusal (:class:`GridTooLargeError`)."""
+    if isinstance(e, MemoryError):
+        return not isinstance(e, V.GridTooLargeError)
+    return isinstance(e, OSError)
+
+
+def branch_labels(per_comp) -> list[str]:
+    """The branch labels of a sequence of steps, first occurrence order (``per_comp``: one
+    list of branches per step; items are :class:`Branch` or tuples whose first field is
+    the label).  A step without a label contributes its only branch to it."""
+    labels: list[str] = []
+    for bl in per_comp:
+        for b in bl:
+            if b[0] not in labels:
+                labels.append(b[0])
+    return labels
+
+
+def _put(r, lo, est, up, i, j):
+    if isinstance(r, Estimate):
+        lo[i, j], est[i, j], up[i, j] = r.lower, r.estimate, r.upper
+    else:
+        lo[i, j], up[i, j] = r.lower, r.upper
+
+
+def scalar_or_array(scalar: bool, *arrays):
+    """Floats for a scalar query, arrays otherwise."""
+    if scalar:
+        return tuple(float(np.asarray(a).ravel()[0]) if np.size(a) else math.nan for a in arrays)
+    return arrays

@@ -1,0 +1,171 @@
+"""The RDP (moments) accountant: a baseline upper bound (docs/MATH.md section 8).
+
+:func:`account_rdp` -- the moments accountant / Renyi DP for the Gaussian
+mechanism, Poisson-subsampled or not, at integer orders alpha = 2 .. 1024:
+
+    A_alpha = sum_{j=0..alpha} C(alpha, j) (1-q)^{alpha-j} q^j exp((j^2 - j) / (2 sigma^2)),
+    RDP(alpha) = k ln(A_alpha) / (alpha - 1)                       (Mironov, Talwar, Zhang 2019),
+
+converted with the improved bound of Balle et al. 2020 (Thm 21; also
+Canonne-Kamath-Steinke 2020, Prop 12), the one TensorFlow Privacy uses:
+
+    eps = min_alpha [RDP(alpha) + ln((alpha-1)/alpha) - (ln delta + ln alpha) / (alpha - 1)],
+    delta(eps) = min_alpha exp((alpha-1)(RDP(alpha) - eps) + (alpha-1) ln(1 - 1/alpha) - ln alpha).
+
+It is an **upper bound** (a guarantee, loose by design): results are
+``Estimate(lower=nan, estimate=x, upper=x)`` -- no lower bound is offered.
+The integer-order formula is the RDP of the Poisson *remove* pair; Mironov et
+al. show it also bounds the add direction for the sampled Gaussian, so it
+covers the relations add, remove and add_remove.  WOR sampling with
+add/remove uses the same pair with sensitivity 2 (sigma / 2, docs/MATH.md
+section 2); plain Gaussian substitution likewise.  Anything else (Laplace,
+Poisson/WOR substitution, finite mechanisms) raises NotImplementedError.
+
+``RDPAccountant.epsilon_grid(steps, deltas)`` answers a (steps x delta) grid
+for a single mechanism in one vectorised pass.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special
+
+from .. import _validate as V
+from .. import events as E
+from .base import Accountant, Estimate, UnsupportedEventError, components_of
+
+__all__ = ["account_rdp", "RDPAccountant", "GaussianFormulaAccountant", "RDP_ORDERS", "rdp_single_step", "gaussian_params"]
+
+#: integer Renyi orders used by the RDP baseline
+RDP_ORDERS = np.arange(2, 1025, dtype=float)
+
+
+def gaussian_params(step, who: str) -> tuple[float, float]:
+    """(effective sigma, q) of a supported Gaussian step, or :class:`UnsupportedEventError`."""
+    base = step.base
+    if not isinstance(base, E.GaussianEvent):
+        raise UnsupportedEventError(
+            f"{who}: only the Gaussian mechanism is supported (got {type(base).__name__}); "
+            "use the PLD or SPA accountant")
+    sigma = base.sigma  # noise multiplier: noise std / sensitivity
+    sampling, rel = step.sampling, step.relation
+    if sampling == "none":
+        if rel == "substitution":
+            sigma = sigma / 2.0  # pair (B_0, B_2D)
+        return sigma, 1.0
+    if sampling not in ("poisson", "wor"):
+        raise UnsupportedEventError(f"{who}: no formula for {sampling!r} sampling; use the PLD accountant")
+    if rel == "substitution":
+        raise UnsupportedEventError(
+            f"{who}: {sampling} sampling with the substitution relation is not supported "
+            "(no RDP/GDP formula for that dominating pair here); use the PLD or SPA accountant")
+    if sampling == "wor":
+        sigma = sigma / 2.0  # WOR add/remove = Poisson pair with sensitivity 2D (docs/MATH.md section 2)
+    return sigma, float(step.q)
+
+
+def rdp_single_step(sigma: float, q: float, orders=RDP_ORDERS) -> np.ndarray:
+    """RDP epsilon of one step of the (Poisson-subsampled) Gaussian at integer orders."""
+    orders = np.asarray(orders, dtype=float)
+    if q == 1.0:
+        return orders / (2.0 * sigma**2)
+    if np.any(orders != np.round(orders)) or orders.min() < 2:
+        raise ValueError("orders must be integers >= 2")
+    amax = int(orders.max())
+    a = orders[:, None]
+    j = np.arange(amax + 1, dtype=float)[None, :]
+    valid = j <= a
+    with np.errstate(invalid="ignore"):
+        logc = special.gammaln(a + 1) - special.gammaln(j + 1) - special.gammaln(np.maximum(a - j, 0) + 1)
+        terms = logc + (a - j) * math.log1p(-q) + j * math.log(q) + (j * j - j) / (2.0 * sigma**2)
+    terms = np.where(valid, terms, -np.inf)
+    return special.logsumexp(terms, axis=1) / (orders - 1.0)
+
+
+class GaussianFormulaAccountant(Accountant):
+    """Base of the closed-form baselines (RDP, CLT): Gaussian steps only, answered on a
+    (steps x delta) grid in one vectorised pass (``epsilon_grid``)."""
+
+    def _unsupported(self, step):
+        try:
+            gaussian_params(step, self.method)
+        except UnsupportedEventError as e:
+            return str(e)
+        return None
+
+    def epsilon_per_steps(self, event, steps, deltas):
+        acc = self.fresh().compose(event, 1)
+        lo, est, up = acc.epsilon_grid(steps, deltas)
+        return lo, est, up, []
+
+
+class RDPAccountant(GaussianFormulaAccountant):
+    """Moments accountant (integer orders, improved conversion): an upper bound only.
+
+    ``RDPAccountant(relation, orders=RDP_ORDERS).compose(event, count)``; answers are
+    ``Estimate(lower=nan, estimate=x, upper=x)`` with x a certified upper bound.
+    """
+
+    method = "rdp"
+    kind = "upper"
+
+    def __init__(self, relation: str = "add_remove", *, orders=RDP_ORDERS):
+        super().__init__(relation)
+        self.orders = np.asarray(orders, dtype=float)
+
+    def _options(self) -> dict:
+        return {"orders": self.orders}
+
+    def _build(self):
+        self._per_step = []
+        for m, k in self.components:
+            sigma, q = gaussian_params(m, "rdp")
+            self._per_step.append((rdp_single_step(sigma, q, self.orders), k))
+        self.rdp = sum(k * r for r, k in self._per_step)
+
+    def _eps(self, rdp, deltas):
+        a = self.orders
+        e = rdp[..., None, :] + np.log1p(-1.0 / a) - (np.log(deltas)[:, None] + np.log(a)) / (a - 1.0)
+        return np.maximum(e.min(axis=-1), 0.0)
+
+    def epsilon(self, delta) -> Estimate:
+        """eps(delta): ``Estimate(lower=nan, estimate=x, upper=x)`` (x is an upper bound)."""
+        scalar = np.ndim(delta) == 0
+        deltas = V.delta_array("delta", delta)
+        e = self._eps(self.rdp, deltas)
+        nan = np.full_like(e, np.nan)
+        if scalar:
+            return Estimate(math.nan, float(e[0]), float(e[0]))
+        return Estimate(nan, e, e)
+
+    def delta(self, epsilon) -> Estimate:
+        """delta(eps): ``Estimate(lower=nan, estimate=x, upper=x)`` (x is an upper bound)."""
+        scalar = np.ndim(epsilon) == 0
+        eps = V.epsilon_array("epsilon", epsilon)
+        a = self.orders
+        ld = (a - 1.0) * (self.rdp[None, :] - eps[:, None] + np.log1p(-1.0 / a)) - np.log(a)
+        d = np.minimum(np.exp(ld.min(axis=1)), 1.0)
+        nan = np.full_like(d, np.nan)
+        if scalar:
+            return Estimate(math.nan, float(d[0]), float(d[0]))
+        return Estimate(nan, d, d)
+
+    def epsilon_grid(self, steps, deltas):
+        """(lower, estimate, upper) on a (steps x delta) grid for a single mechanism (lower is NaN)."""
+        if len(self._per_step) != 1:
+            raise ValueError("epsilon_grid: needs an accountant for a single mechanism")
+        r1 = self._per_step[0][0]
+        steps = np.array([V.steps("steps", s) for s in np.atleast_1d(steps).tolist()], dtype=float)
+        deltas = V.delta_array("delta", deltas)
+        e = np.stack([self._eps(k * r1, deltas) for k in steps])
+        return np.full_like(e, np.nan), e, e
+
+
+def account_rdp(mechanism, steps: int | None = None, *, orders=RDP_ORDERS) -> RDPAccountant:
+    """RDP / moments-accountant baseline (upper bound only; see the module docstring).
+
+    Raises NotImplementedError for mechanisms other than the Gaussian
+    (none / Poisson / WOR with add, remove or add_remove; plain substitution).
+    """
+    return RDPAccountant.for_mechanism(mechanism, steps, orders=orders)

@@ -1,0 +1,133 @@
+"""Dominating pairs of one unsampled step, and the maths registered per event type.
+
+A base mechanism's maths is two functions of its event (docs/MATH.md section 2):
+
+* ``pair(event, c)`` -- the profile of (B_0, B_{cD}): the mechanism's output
+  distributions on neighbours whose query values differ by c times the
+  sensitivity (c = 1 for add/remove, 2 for substitution);
+* ``family(event, c)`` (optional) -- the noise as a *shift family*: an object
+  with ``remove_pair(q)``, ``add_pair(q)`` and ``substitution_pair(q)`` that
+  build the mixtures sampling produces (:mod:`pldlib.profiles.mixtures`).  A
+  mechanism without a family cannot be subsampled.
+
+:func:`register` records them for an event type; :func:`unsampled_branches`
+gives the branches (directions) to compose for an unsampled step, and
+:func:`family_of` what a sampling scheme (:mod:`pldlib.sampling`) needs.
+Adding a mechanism = an event class in :mod:`pldlib.events` + a module that
+calls :func:`register` (imported at the bottom of this one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+from .. import events as E
+from .base import PrivacyProfile, approx_dp_profile, randomized_response_profile, GaussianProfile, LaplaceProfile
+from .mixtures import GaussianNoise, LaplaceNoise, LatticeNoise
+
+__all__ = ["Branch", "MechanismMaths", "register", "maths_of", "family_of", "unsampled_branches",
+           "UnsupportedEventError"]
+
+
+class UnsupportedEventError(NotImplementedError):
+    """An accountant (or a sampling scheme) does not support this event."""
+
+
+class Branch(NamedTuple):
+    """One direction to compose: ``upper`` certifies the upper bound, ``lower`` the lower."""
+
+    label: str
+    upper: PrivacyProfile
+    lower: PrivacyProfile
+
+
+@dataclass(frozen=True)
+class MechanismMaths:
+    """What pldlib knows about a base mechanism event type (see the module docstring)."""
+
+    pair: Callable[[object, float], PrivacyProfile]
+    family: Callable[[object, float], object] | None = None
+    #: True: the pair is the same for add and remove (symmetric noise), one branch suffices
+    symmetric: bool = True
+    #: False: the pair is relation-free (a worst-case pair given by the user or by (eps0, delta0))
+    relation_aware: bool = True
+    #: optional override: (event, relation) -> the branches of the unsampled step
+    branches: Callable | None = None
+
+
+_MATHS: dict[type, MechanismMaths] = {}
+
+
+def register(event_type: type, *, pair, family=None, symmetric: bool = True, relation_aware: bool = True,
+             branches=None):
+    """Record the maths of ``event_type`` (a subclass of :class:`pldlib.events.BaseEvent`)."""
+    if not (isinstance(event_type, type) and issubclass(event_type, E.BaseEvent)):
+        raise TypeError(f"event_type must be a BaseEvent subclass, got {event_type!r}")
+    _MATHS[event_type] = MechanismMaths(pair, family, symmetric, relation_aware, branches)
+
+
+def maths_of(event) -> MechanismMaths:
+    for cls in type(event).__mro__:
+        if cls in _MATHS:
+            return _MATHS[cls]
+    raise UnsupportedEventError(f"no privacy profile is registered for {type(event).__name__}")
+
+
+def family_of(event, factor: float = 1.0):
+    """The shift family of ``event``'s noise at sensitivity ``factor`` x D, or
+    :class:`UnsupportedEventError` when the mechanism cannot be subsampled."""
+    m = maths_of(event)
+    if m.family is None:
+        raise UnsupportedEventError(f"{type(event).__name__} cannot be subsampled (it is composed as given: "
+                                    "its pair is not a family of shifted noise)")
+    return m.family(event, factor)
+
+
+def unsampled_branches(event, relation: str) -> list[Branch]:
+    """The branches of one unsampled step under ``relation`` (docs/MATH.md section 2).
+
+    Symmetric noise: one pair (B_0, B_D) for add, remove and add_remove (the two
+    directions give the same curve), (B_0, B_2D) for substitution.  A lattice
+    noise gives its two directions separately.  A relation-free pair (custom
+    profile, randomized response, (eps0, delta0)-DP) is composed as given.
+    """
+    m = maths_of(event)
+    if m.branches is not None:
+        return m.branches(event, relation)
+    if not m.relation_aware:
+        p = m.pair(event, 1.0)
+        return [Branch("pair", p, p)]
+    if relation == "substitution":
+        p = m.pair(event, 2.0)
+        return [Branch("pair" if m.symmetric else "substitution", p, p)]
+    if m.symmetric:
+        p = m.pair(event, 1.0)
+        return [Branch("pair", p, p)]
+    # asymmetric (lattice) noise: the two directions from its family at q = 1
+    fam = family_of(event, 1.0)
+    rem, add = fam.remove_pair(1.0), fam.add_pair(1.0)
+    return {"remove": [Branch("remove", rem, rem)], "add": [Branch("add", add, add)],
+            "add_remove": [Branch("add", add, add), Branch("remove", rem, rem)]}[relation]
+
+
+# -- the built-in mechanisms ----------------------------------------------------------
+register(E.GaussianEvent, pair=lambda e, c: GaussianProfile(sigma=e.sigma / c),
+         family=lambda e, c: GaussianNoise(e.sigma, c))
+register(E.LaplaceEvent, pair=lambda e, c: LaplaceProfile(scale=e.scale, sensitivity=e.sensitivity * c),
+         family=lambda e, c: LaplaceNoise(e.scale, e.sensitivity * c))
+register(E.LatticeEvent, pair=lambda e, c: LatticeNoise(e.pmf, int(e.shift * c)).remove_pair(1.0),
+         family=lambda e, c: LatticeNoise(e.pmf, int(e.shift * c)), symmetric=False)
+register(E.RandomizedResponseEvent, pair=lambda e, c: randomized_response_profile(e.eps0), relation_aware=False)
+register(E.ApproxDPEvent, pair=lambda e, c: approx_dp_profile(e.eps0, e.delta0), relation_aware=False)
+def _profile_branches(e, relation: str) -> list[Branch]:
+    if e.add_profile is None:
+        return [Branch("pair", e.profile, e.profile)]
+    rem, add = e.profile, e.add_profile
+    if relation == "substitution":
+        raise UnsupportedEventError("a ProfileEvent with separate add and remove pairs has no substitution pair; "
+                                    "give the substitution pair as its profile")
+    return {"remove": [Branch("remove", rem, rem)], "add": [Branch("add", add, add)],
+            "add_remove": [Branch("add", add, add), Branch("remove", rem, rem)]}[relation]
+
+
+register(E.ProfileEvent, pair=lambda e, c: e.profile, relation_aware=False, branches=_profile_branches)

@@ -1,0 +1,96 @@
+"""The sampling registry and what every scheme shares (docs/MATH.md section 2).
+
+A sampling scheme turns the noise of a base mechanism (its *shift family*,
+:func:`pldlib.profiles.pairs.family_of`) into the dominating pairs of one
+sampled step, per neighbouring relation.  The answer of a composition is the
+maximum over the returned branches *after* composition (add and remove curves
+can cross after composition, seed 002 sections 5 and 7).
+
+:func:`register` adds a scheme (one module per scheme: :mod:`.poisson`,
+:mod:`.wor`); :func:`scheme_names` is the one list of names that the events,
+mechanisms, CLI, configs, calibration and tables read; :func:`dominating_pairs`
+is what every accounting method calls for a single step.
+"""
+from __future__ import annotations
+
+from .. import _validate as V
+from .. import events as E
+from ..profiles.pairs import Branch, UnsupportedEventError, unsampled_branches
+
+__all__ = ["SamplingScheme", "register", "get_scheme", "scheme_names", "sampling_names", "dominating_pairs",
+           "directions", "NO_SAMPLING"]
+
+#: the sampling name of an unsampled step (every record is used)
+NO_SAMPLING = "none"
+
+
+class SamplingScheme:
+    """Base class of a sampling scheme: ``name``, the ``relations`` it supports and
+    ``branches(event, q, relation)`` (the dominating pairs of one sampled step, 0 < q < 1)."""
+
+    name: str = ""
+    relations: tuple = V.RELATIONS
+    summary: str = ""
+
+    def branches(self, event, q: float, relation: str) -> list[Branch]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<sampling scheme {self.name!r}: {self.summary}>"
+
+
+_SCHEMES: dict[str, SamplingScheme] = {}
+
+
+def register(scheme: SamplingScheme) -> SamplingScheme:
+    """Add ``scheme`` to the registry under ``scheme.name``."""
+    if not scheme.name or scheme.name == NO_SAMPLING:
+        raise ValueError(f"a sampling scheme needs a name other than {NO_SAMPLING!r}")
+    _SCHEMES[scheme.name] = scheme
+    return scheme
+
+
+def scheme_names() -> tuple[str, ...]:
+    """Names of the registered sampling schemes (``poisson``, ``wor``, ...)."""
+    return tuple(_SCHEMES)
+
+
+def sampling_names() -> tuple[str, ...]:
+    """``"none"`` and the registered schemes: the choices of a ``sampling`` argument."""
+    return (NO_SAMPLING,) + scheme_names()
+
+
+def get_scheme(name: str) -> SamplingScheme:
+    V.choice("sampling", name, scheme_names())
+    return _SCHEMES[name]
+
+
+def dominating_pairs(step, relation: str) -> list[Branch]:
+    """The branches of one step (a base event, or a :class:`~pldlib.events.Sampled` one)."""
+    V.choice("relation", relation, V.RELATIONS)
+    if isinstance(step, E.Sampled):
+        if step.q < 1.0:
+            scheme = get_scheme(step.scheme)
+            if relation not in scheme.relations:
+                raise UnsupportedEventError(f"sampling {scheme.name!r} does not support the relation {relation!r} "
+                                            f"(it supports {', '.join(scheme.relations)})")
+            return scheme.branches(step.event, step.q, relation)
+        step = step.event
+    if not isinstance(step, E.BaseEvent):
+        raise TypeError(f"not a single-step event: {step!r}")
+    return unsampled_branches(step, relation)
+
+
+def directions(family, q: float, relation: str) -> list[Branch]:
+    """The add / remove branches of a family's mixtures at rate q (relation add, remove or
+    add_remove; both directions are kept for add_remove and maximised after composition)."""
+    if relation == "remove":
+        rem = family.remove_pair(q)
+        return [Branch("remove", rem, rem)]
+    if relation == "add":
+        add = family.add_pair(q)
+        return [Branch("add", add, add)]
+    if relation == "add_remove":
+        add, rem = family.add_pair(q), family.remove_pair(q)
+        return [Branch("add", add, add), Branch("remove", rem, rem)]
+    raise ValueError(f"relation: directions() handles add, remove and add_remove, got {relation!r}")

@@ -1,0 +1,28 @@
+"""Poisson sampling: each record is in the batch independently with probability q.
+
+| relation     | branches (docs/MATH.md section 2)                          |
+|--------------|------------------------------------------------------------|
+| remove       | P = (1-q) B_0 + q B_D, Q = B_0                             |
+| add          | the reversed remove pair                                   |
+| add_remove   | both, composed separately, maximum after composition       |
+| substitution | P = (1-q) B_0 + q B_D, Q = (1-q) B_0 + q B_{-D}            |
+"""
+from __future__ import annotations
+
+from ..profiles.pairs import Branch, family_of
+from .base import SamplingScheme, directions, register
+
+
+class Poisson(SamplingScheme):
+    name = "poisson"
+    summary = "each record independently with probability q"
+
+    def branches(self, event, q, relation):
+        fam = family_of(event, 1.0)
+        if relation == "substitution":
+            sub = fam.substitution_pair(q)
+            return [Branch("substitution", sub, sub)]
+        return directions(fam, q, relation)
+
+
+register(Poisson())
