@@ -17,13 +17,12 @@ same methods).  It adds:
   1000, the convention of its ``Accountant`` class) and ``max_points`` (its
   discretisation domain is refused above this many points, default 2^24,
   instead of exhausting memory).
-* ``clt`` -- the Gaussian-DP central-limit approximation
-  (:func:`pldlib.baselines.account_clt`): an **estimate** that under-reports,
-  stored in ``eps_estimate`` only; its ``eps_lower``/``eps_upper`` are always
-  NaN so that it can never be read as a bound.
-* ``spa`` is re-registered with the same certified interval as before plus
-  its SP-MSD1 estimate (clipped into the certified interval, as
-  ``SPAAccountant.epsilon_grid`` returns it) in ``eps_estimate``.
+
+pldlib's own methods (``pld``, ``prv``, ``spa``, ``rdp``, ``clt``) are sweep
+methods registered from pldlib's method registry in :mod:`sweeps.methods`;
+their estimates (PRV's central value, SPA's SP-MSD1) go to ``eps_estimate``
+through :func:`record`, and a method of kind ``estimate`` (``clt``) stores
+NaN bounds so that it can never be read as a bound.
 
 What each peer supports (checked against their code, dp_accounting 0.6 and
 prv_accountant 0.2; everything else is status 3 = unsupported, not an
