@@ -3,7 +3,7 @@
 Run as ``python -m benchmarks.spa_report`` (a few minutes on two cores).  Writes
 
 * ``results/SPA_REPORT.md`` -- tables of the relative error in eps of SP-MSD0,
-  SP-MSD1, SP-CLT (pldlib.spa), RDP and the GDP CLT (pldlib.baselines) against the
+  SP-MSD1, SP-CLT (pldlib.methods.spa), RDP and the GDP CLT (pldlib.methods.rdp, pldlib.methods.clt) against the
   truth, the width of SPA's certified interval, and runtimes per cell;
 * ``results/spa_relative_error.png`` -- |relative error| against epochs (steps * q).
 
@@ -11,7 +11,7 @@ Setting: DP-SGD, the Poisson-subsampled Gaussian, add_remove (the max of the two
 composed directions), on the grid q in {1e-3, 1e-2, 0.1}, sigma in {0.6, 1, 2, 4},
 steps in {1e2, 1e3, 1e4, 1e5}, delta in {1e-5, 1e-10}.
 
-Truth: ``pldlib.truth.epsilon_gaussian`` (mpmath contour integral, 20 digits,
+Truth: ``pldlib.testing.truth.epsilon_gaussian`` (mpmath contour integral, 20 digits,
 max of the remove and add directions).  Where it raises (it refuses cells it
 cannot certify, typically few effective steps, or exceeds ``--truth-limit``) the truth is the midpoint of a
 tight certified PLD interval (``pldlib.account`` with a 4x finer grid than the
@@ -25,7 +25,7 @@ deltas, per cell.
 
 Options: ``--quick`` (a 2 x 2 x 2 subgrid, for smoke tests), ``--workers N``
 (processes for the truth; default 2), ``--truth-limit S`` (seconds per cell
-for pldlib.truth before the PLD fallback; default 90), ``--out DIR`` (default
+for pldlib.testing.truth before the PLD fallback; default 90), ``--out DIR`` (default
 ``results``).
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _alarm(signum, frame):
 
 
 def _truth_cell(args):
-    """(eps, source, seconds) for one cell: pldlib.truth, else the midpoint of a fine PLD interval."""
+    """(eps, source, seconds) for one cell: pldlib.testing.truth, else the midpoint of a fine PLD interval."""
     sigma, q, k, delta, limit = args
     t0 = time.perf_counter()
     old = signal.signal(signal.SIGALRM, _alarm)
@@ -188,7 +188,7 @@ def write_report(rows, timing, truth_time, out: Path, wall: float, scal=None):
     w("DP-SGD setting: Poisson-subsampled Gaussian, relation add_remove (max of the remove and add "
       "compositions); q in {1e-3, 1e-2, 0.1}, sigma in {0.6, 1, 2, 4}, steps in {1e2 .. 1e5}, "
       "delta in {1e-5, 1e-10}; epochs = steps * q.\n")
-    w(f"**Truth.** `pldlib.truth.epsilon_gaussian` (mpmath contour integral, 20 digits, max over the two "
+    w(f"**Truth.** `pldlib.testing.truth.epsilon_gaussian` (mpmath contour integral, 20 digits, max over the two "
       f"directions) for {n_truth} of {len(rows)} cells; the other {len(rows) - n_truth} cells (where the "
       "contour quadrature refuses to certify itself) use the midpoint of a certified PLD interval computed "
       "on a 4x finer grid than the default (its relative width is given; relative errors below about half "
@@ -304,7 +304,7 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", default="results")
     ap.add_argument("--truth-limit", type=float, default=90.0,
-                    help="seconds allowed to pldlib.truth per cell before falling back to PLD")
+                    help="seconds allowed to pldlib.testing.truth per cell before falling back to PLD")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     if a.quick:

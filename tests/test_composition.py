@@ -51,7 +51,7 @@ def curve(masses, start, h, const, eps):
     """const + sum_{eps_i > eps} m_i (1 - e^{eps - eps_i}), at 30 digits."""
     with mp.workdps(30):
         e = mp.mpf(float(eps))
-        tot = mp.mpf(const)
+        tot = mp.mpf(const.numerator) / const.denominator if isinstance(const, Fraction) else mp.mpf(const)
         for i, m in enumerate(masses):
             g = (start + i) * h
             if g > eps and m:

@@ -10,7 +10,7 @@ proportional to e^{t l} dP_L(l)):
     K'(t) = E[L_t],  K''(t) = Var L_t,  K'''(t) = E[(L_t - K')^3],
     K''''(t) = E[(L_t - K')^4] - 3 K''(t)^2.
 
-The saddle-point accountant (:mod:`pldlib.spa`) also needs the tilted third
+The saddle-point accountant (:mod:`pldlib.methods.spa`) also needs the tilted third
 *absolute* central moment ``rho(t) = E|L_t - K'(t)|^3`` for its Berry-Esseen
 error bound.  Composition adds CGFs (and rhos), so a k-fold composition costs
 the same as one step, and heterogeneous sequences are sums.
@@ -51,7 +51,7 @@ How each single-step pair is handled
   against independent mpmath/scipy quadrature in ``tests/test_cgf.py``.
 * :class:`MaxProfileCGF` -- WOR substitution, upper branch.  The dominating
   "pair" is only known through its hockey-stick curve, the point-wise maximum
-  of the add and remove curves at sensitivity 2D (:class:`~pldlib.mixtures.MaxProfile`).
+  of the add and remove curves at sensitivity 2D (:class:`~pldlib.profiles.mixtures.MaxProfile`).
   The law of its loss is read off that curve (docs/MATH.md section 0):
   P(L > e) = delta(e) - delta'(e), i.e. on each e-interval where one branch
   is the larger, L is distributed as that branch's loss, and where the
@@ -63,7 +63,7 @@ How each single-step pair is handled
   own output-space parametrisation (x-range {e_lo < L <= e_hi}) and adding
   the atoms.  Crossing points are located on the log-delta curves in double
   precision (where both curves agree to 1e-9 relatively, the add branch is
-  taken, as :class:`~pldlib.mixtures.MaxProfile` does).  Beyond the add
+  taken, as :class:`~pldlib.profiles.mixtures.MaxProfile` does).  Beyond the add
   branch's bounded support (L_add <= -ln(1 - q)) only the remove branch
   remains, so the right tail needed for large tilts is exact.
 
@@ -426,7 +426,7 @@ def _loss_range(prof) -> tuple[float, float]:
 
 
 class MixtureCGF(StepCGF):
-    """CGF of a :class:`~pldlib.mixtures.MixtureProfile` (subsampled Gaussian / Laplace)."""
+    """CGF of a :class:`~pldlib.profiles.mixtures.MixtureProfile` (subsampled Gaussian / Laplace)."""
 
     def __init__(self, profile: MixtureProfile | None = None, *, spec: _MixSpec | None = None,
                  loss_range=(-math.inf, math.inf), refine: int = 1):

@@ -47,7 +47,7 @@ What the bounds cover (per branch; K = total number of steps)
    eps_error.
 4. **Floating point in the masses.**  Under the library's model that a
    profile's sf/cdf values are accurate to ``SF_REL_ACCURACY`` relative
-   (:mod:`pldlib.discretize`), the computed bin masses telescope: a right
+   (:mod:`pldlib.pld.discretize`), the computed bin masses telescope: a right
    tail sum T_j of the computed pmf is within kappa T_j + b of the exact one,
    with kappa ~ 1e-14 relative and b ~ 1e-14 absolute only left of the
    median bin (tail sums right of it are differences of accurate sf values),
@@ -63,7 +63,7 @@ What the bounds cover (per branch; K = total number of steps)
    c' of the step (T its tail mass from c'; c' = c_m gives about 2 U(e)): a
    *relative* term, so tiny deltas stay reachable at any number of steps.
 5. **FFT: wrap-around and round-off.**  The composition is the certified
-   construction of :func:`pldlib.composition.compose` (one pass per side,
+   construction of :func:`pldlib.pld.compose.compose` (one pass per side,
    :func:`_compose_one`): windows from Chernoff bounds on the (tilted)
    composed pmf (mass beyond the right edge goes to the upper curve's
    constant, the aliased mass is subtracted from the lower curve), an
@@ -79,11 +79,11 @@ requested (eps_error, delta_error) for t and eta_H at the design point and
 usually far below for the others; ``error_budget()`` lists them.  Nothing
 rests on an unproved assumption except the accuracy model of the profile's
 sf/cdf (item 4, the library-wide ``SF_REL_ACCURACY``) and the FFT round-off
-bound of :mod:`pldlib.composition` (item 5).  Answers whose round-off cannot
+bound of :mod:`pldlib.pld.compose` (item 5).  Answers whose round-off cannot
 be pushed below half the answer, or whose certified delta-error reaches the
 queried delta, raise :class:`~pldlib.PrecisionLimitError`; a mesh or a
 composition beyond ``max_bins`` raises
-:class:`~pldlib.composition.GridTooLargeError`.
+:class:`~pldlib.GridTooLargeError`.
 
 Cost.  The mesh is ~ eps_error / sqrt(K), so the FFT length grows like
 K / eps_error (times the composed spread): the widening is linear in h,
@@ -445,7 +445,7 @@ class _Branch:
 
 
 def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, cap: float = 1.0) -> Composition:
-    """:func:`pldlib.composition.compose` for one list of pmfs used for both curves.
+    """:func:`pldlib.pld.compose.compose` for one list of pmfs used for both curves.
 
     The same certified construction (Chernoff windows, entrywise round-off
     bound, alias term, tilt) with a single FFT pass: the PRV's upper and lower

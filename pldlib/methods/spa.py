@@ -2,7 +2,7 @@
 
 For the composition Y = L_1 + ... + L_k of independent single-step privacy
 losses (one dominating pair per step), with composed CGF K_Y = sum_i K_i
-(:mod:`pldlib.cgf`), the hockey-stick curve has the exact representation, for
+(:mod:`pldlib.methods.cgf`), the hockey-stick curve has the exact representation, for
 every tilt t > 0,
 
     delta(eps) = e^{K_Y(t) - t eps} E[psi_t(Y_t - eps)],
@@ -40,7 +40,7 @@ Certified bounds (``lower``/``upper`` of every result)
   each tilted step has a finite third moment (every supported loss is
   bounded or Gaussian-tailed, so the CGF is finite for all t); the cumulants
   and rho are computed accurately -- they come from the quadratures of
-  :mod:`pldlib.cgf` (relative error ~1e-12, verified in the tests), and the
+  :mod:`pldlib.methods.cgf` (relative error ~1e-12, verified in the tests), and the
   bounds are widened by a relative 1e-6 in delta (``SAFETY``) to cover that
   and floating point.  The bound holds for *every* t, so it is evaluated at
   exact grid nodes t_j near the saddle point (no interpolation enters a
@@ -78,7 +78,7 @@ Edges.  Where the saddle point falls outside the t-grid (delta close to 1, or
 eps close to k * ess sup L where delta is astronomically small) or the MSD1
 correction factor is not positive, the estimates are NaN and the cell is
 flagged; by default (``on_edge="raise"``) :meth:`SPAAccountant.delta` and
-:meth:`SPAAccountant.epsilon` then raise :class:`~pldlib.accountant.PrecisionLimitError`;
+:meth:`SPAAccountant.epsilon` then raise :class:`~pldlib.PrecisionLimitError`;
 with ``on_edge="flag"`` (or ``return_flags=True``) they return NaN estimates
 with certified bounds and the flags.
 
@@ -298,7 +298,7 @@ def account_spa(mechanism, steps: int | None = None, *, t_range=(1e-5, 1e4), nod
     """Saddle-point accountant for ``steps`` compositions of ``mechanism`` (or a list of (mechanism, steps)).
 
     Returns an :class:`SPAAccountant`; its ``delta(eps)`` / ``epsilon(delta)``
-    give :class:`~pldlib.accountant.Estimate` (lower, estimate = SP-MSD1,
+    give :class:`~pldlib.Estimate` (lower, estimate = SP-MSD1,
     upper): ``lower``/``upper`` are certified (Berry-Esseen + Chernoff, see the
     module docstring), the estimate is an approximation.
 

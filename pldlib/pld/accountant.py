@@ -3,7 +3,7 @@
 ``account(mechanism, steps)`` (or a list of ``(mechanism, steps)``) discretises
 every branch of every mechanism twice on one grid -- connect-the-dots
 (pessimistic) and tangents + convex hull (optimistic) -- composes them by FFT
-(:mod:`pldlib.composition`) and reads delta(eps) and eps(delta) off the two
+(:mod:`pldlib.pld.compose`) and reads delta(eps) and eps(delta) off the two
 curves.  ``upper`` is a certified bound; ``lower`` is a certified lower bound
 (the optimistic PLD is dominated by the true pair).  Answers whose round-off
 share is not negligible are recomputed with an exponential tilt centred at

@@ -54,7 +54,7 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | N
     """The grid of spacing h covering the loss range of ``profile`` up to ``tail`` mass.
 
     The grid always contains eps = 0 strictly inside, as the hull construction needs.
-    Raises :class:`~pldlib.composition.GridTooLargeError` beyond ``max_points``.
+    Raises :class:`~pldlib.GridTooLargeError` beyond ``max_points``.
     """
     lo, hi = loss_range(profile, tail)
     n_points = (max(hi, h) - min(lo, -h)) / h

@@ -17,7 +17,7 @@ and ``p_inf = P(L = +inf)``.  From them:
 
 Profiles here are *exact* descriptions of a pair; discretisation error and
 its direction (pessimistic / optimistic) are the business of
-:mod:`pldlib.discretize`.
+:mod:`pldlib.pld.discretize`.
 """
 from __future__ import annotations
 
