@@ -754,64 +754,59 @@ class PRVAccountant(Accountant):
             return None if 0.0 in tried else 0.0
         return theta
 
-    def _branch_epsilon(self, br: _Branch, deltas: np.ndarray):
-        n = deltas.size
-        lo = np.full(n, -np.inf)
+    def _retilt(self, br: _Branch, at, x: np.ndarray, theta: float, floor: float, propose, pending_extra=None):
+        """The re-tilt loop of both queries: evaluate ``at(br, theta, x)`` -> (lower, estimate,
+        upper, round-off share) at a tilt, keep the tightest certified bounds over tilts
+        (each tilt's bounds are certified, so their intersection is), keep the estimate of the
+        smallest share, and re-tilt at ``propose(pending, up)`` while some answer's round-off
+        share exceeds RETILT_SHARE (or ``pending_extra(lo, up)`` says it is not done)."""
+        n = x.size
+        lo = np.full(n, floor)
         up = np.full(n, np.inf)
         est = np.full(n, np.nan)
         share = np.full(n, np.inf)
-        plds, counts = br.up.plds, br.up.counts
         tried: list = []
-        theta = self._next_theta(estimate_tilt(plds, counts, float(max(deltas.min(), 1e-300))), tried)
         todo = np.arange(n)
         for _ in range(8):
-            l, e, u, sh = self._eps_at(br, theta, deltas[todo])
+            l, e, u, sh = at(br, theta, x[todo])
             tried.append(theta)
             lo[todo] = np.maximum(lo[todo], l)
             up[todo] = np.minimum(up[todo], u)
             better = (sh < share[todo]) | np.isnan(est[todo])
             idx = todo[better]
             est[idx], share[idx] = e[better], sh[better]
-            pending = ~(share <= RETILT_SHARE) | (np.isfinite(up) & ~np.isfinite(lo))
+            pending = ~(share <= RETILT_SHARE)
+            if pending_extra is not None:
+                pending |= pending_extra(lo, up)
             todo = np.arange(n)[pending]
             if todo.size == 0:
                 break
-            j = todo[np.argmin(deltas[todo])]
-            if np.isfinite(up[j]):
-                prop = solve_tilt(plds, counts, float(up[j] - br.up.S))
-            else:
-                prop = estimate_tilt(plds, counts, float(max(deltas[j], 1e-300)))
-            theta = self._next_theta(prop, tried)
+            theta = self._next_theta(propose(todo, up), tried)
             if theta is None:
                 break
         return lo, est, up, share
 
-    def _branch_delta(self, br: _Branch, eps: np.ndarray):
-        n = eps.size
-        lo = np.zeros(n)
-        up = np.full(n, np.inf)
-        est = np.full(n, np.nan)
-        share = np.full(n, np.inf)
+    def _branch_epsilon(self, br: _Branch, deltas: np.ndarray):
         plds, counts = br.up.plds, br.up.counts
-        theta = 0.0
-        tried: list = []
-        todo = np.arange(n)
-        for _ in range(8):
-            l, e, u, sh = self._delta_at(br, theta, eps[todo])
-            tried.append(theta)
-            lo[todo] = np.maximum(lo[todo], l)
-            up[todo] = np.minimum(up[todo], u)
-            better = (sh < share[todo]) | np.isnan(est[todo])
-            idx = todo[better]
-            est[idx], share[idx] = e[better], sh[better]
-            todo = np.arange(n)[~(share <= RETILT_SHARE)]
-            if todo.size == 0:
-                break
+
+        def propose(todo, up):  # tilt at the pending answer with the smallest delta
+            j = todo[np.argmin(deltas[todo])]
+            if np.isfinite(up[j]):
+                return solve_tilt(plds, counts, float(up[j] - br.up.S))
+            return estimate_tilt(plds, counts, float(max(deltas[j], 1e-300)))
+
+        first = self._next_theta(estimate_tilt(plds, counts, float(max(deltas.min(), 1e-300))), [])
+        return self._retilt(br, self._eps_at, deltas, first, -np.inf, propose,
+                            pending_extra=lambda lo, up: np.isfinite(up) & ~np.isfinite(lo))
+
+    def _branch_delta(self, br: _Branch, eps: np.ndarray):
+        plds, counts = br.up.plds, br.up.counts
+
+        def propose(todo, up):  # tilt at the pending answer with the largest eps
             j = todo[np.argmax(eps[todo])]
-            theta = self._next_theta(solve_tilt(plds, counts, float(eps[j] - br.up.S)), tried)
-            if theta is None:
-                break
-        return lo, est, up, share
+            return solve_tilt(plds, counts, float(eps[j] - br.up.S))
+
+        return self._retilt(br, self._delta_at, eps, 0.0, 0.0, propose)
 
     # -- public queries -----------------------------------------------------------
     def epsilon(self, delta) -> Estimate:

@@ -469,44 +469,59 @@ class PLDAccountant(Accountant):
         # below valid_from the lower curve says nothing
         return np.where(out < comp.valid_from, -np.inf, out)
 
-    def _branch_epsilon(self, st, deltas):
-        n = deltas.size
+    def _retilt(self, st, x, theta, evaluate, propose):
+        """The re-tilt loop of both queries (docs/MATH.md section 5.1).
+
+        Compose at tilt ``theta``; ``evaluate(comp, x, share)`` gives (upper, lower, round-off
+        share, better) for the pending queries x: answers are kept where ``better`` (valid at
+        this tilt and a smaller share than before).  While a share exceeds RETILT_SHARE,
+        re-tilt at ``propose(pending, upper)``; a tilt that repeats falls back to the untilted
+        window once, then stops.  Every kept answer is certified at its own tilt.
+        """
+        n = x.size
         up = np.full(n, np.nan)
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
-        # start tilted at the smallest delta's estimated answer (one composition often serves all)
-        comp = self._compose(st, estimate_tilt(st.uppers, st.counts, float(deltas.min())))
+        comp = self._compose(st, theta)
         tried = [comp.theta]
         todo = np.arange(n)
-        for attempt in range(12):
-            d = deltas[todo]
-            eu = comp.upper.epsilon(d)
-            el = self._lower_eps(comp, d)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                sh = np.where(np.isfinite(eu), comp.roundoff.delta(np.where(np.isfinite(eu), eu, 0.0)) / d, np.inf)
-            valid = eu >= comp.valid_from
-            better = valid & (sh < share[todo])
-            # delta below the certain +inf mass: eps is +inf, certified by the lower curve
-            certain = (comp.lower.const > d) if comp.lower is not None else np.zeros(d.shape, bool)
-            better |= certain
-            eu = np.where(certain, np.inf, eu)
-            el = np.where(certain, np.inf, el)
-            sh = np.where(certain, 0.0, sh)
+        for _attempt in range(12):
+            u, l, sh, better = evaluate(comp, x[todo], share[todo])
             idx = todo[better]
-            up[idx], lo[idx], share[idx] = eu[better], el[better], sh[better]
+            up[idx], lo[idx], share[idx] = u[better], l[better], sh[better]
             todo = np.arange(n)[~(share <= RETILT_SHARE)]
             if todo.size == 0:
                 break
-            # next: tilt at the pending answer with the smallest delta
-            j = todo[np.argmin(deltas[todo])]
-            theta = (self._tilt_for(st, up[j]) if np.isfinite(up[j])
-                     else estimate_tilt(st.uppers, st.counts, float(deltas[j])))
+            theta = propose(todo, up)
             if any(abs(theta - th) < 1e-9 * max(1.0, th) for th in tried):
                 theta = 0.0 if 0.0 not in tried else None  # fall back to the untilted window
             if theta is None:
                 break
             tried.append(theta)
             comp = self._compose(st, theta)
+        return lo, up, share
+
+    def _branch_epsilon(self, st, deltas):
+        def evaluate(comp, d, share):
+            eu = comp.upper.epsilon(d)
+            el = self._lower_eps(comp, d)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sh = np.where(np.isfinite(eu), comp.roundoff.delta(np.where(np.isfinite(eu), eu, 0.0)) / d, np.inf)
+            better = (eu >= comp.valid_from) & (sh < share)
+            # delta below the certain +inf mass: eps is +inf, certified by the lower curve
+            certain = (comp.lower.const > d) if comp.lower is not None else np.zeros(d.shape, bool)
+            better |= certain
+            return (np.where(certain, np.inf, eu), np.where(certain, np.inf, el), np.where(certain, 0.0, sh),
+                    better)
+
+        def propose(todo, up):  # tilt at the pending answer with the smallest delta
+            j = todo[np.argmin(deltas[todo])]
+            return (self._tilt_for(st, up[j]) if np.isfinite(up[j])
+                    else estimate_tilt(st.uppers, st.counts, float(deltas[j])))
+
+        # start tilted at the smallest delta's estimated answer (one composition often serves all)
+        lo, up, share = self._retilt(st, deltas, estimate_tilt(st.uppers, st.counts, float(deltas.min())),
+                                     evaluate, propose)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
@@ -600,31 +615,18 @@ class PLDAccountant(Accountant):
 
     # -- delta(eps) -------------------------------------------------------
     def _branch_delta(self, st, eps):
-        n = eps.size
-        up = np.full(n, np.nan)
-        lo = np.full(n, np.nan)
-        share = np.full(n, np.inf)
-        comp = self._compose(st, 0.0)
-        todo = np.arange(n)
-        for attempt in range(12):
-            e = eps[todo]
+        def evaluate(comp, e, share):
             du = comp.upper.delta(e)
             dl = (np.maximum(comp.lower.delta(e) - comp.alias_term(e), 0.0) if comp.lower is not None
                   else np.zeros(e.shape))
             with np.errstate(invalid="ignore", divide="ignore"):
                 sh = comp.roundoff.delta(e) / np.maximum(du, 1e-320)
-            valid = e >= comp.valid_from
-            better = valid & (sh < share[todo])
-            idx = todo[better]
-            up[idx], lo[idx], share[idx] = du[better], dl[better], sh[better]
-            todo = np.arange(n)[~(share <= RETILT_SHARE)]
-            if todo.size == 0:
-                break
-            j = todo[np.argmax(eps[todo])]
-            theta = self._tilt_for(st, eps[j])
-            if abs(theta - comp.theta) < 1e-12:
-                break
-            comp = self._compose(st, theta)
+            return du, dl, sh, (e >= comp.valid_from) & (sh < share)
+
+        def propose(todo, up):  # tilt at the pending answer with the largest eps
+            return self._tilt_for(st, eps[todo[np.argmax(eps[todo])]])
+
+        lo, up, _share = self._retilt(st, eps, 0.0, evaluate, propose)
         return lo, up
 
     def delta(self, epsilon) -> Interval:
