@@ -116,6 +116,18 @@ def choice(name: str, value, options: Iterable[str]) -> str:
     return value
 
 
+def dp_target(epsilon, delta, q, steps, sampling, relation) -> tuple:
+    """Validated ``(epsilon, delta, q, steps, sampling, relation)`` of a calibration or look-up."""
+    from .sampling import sampling_names
+
+    out = (positive_finite("epsilon", epsilon), probability_open("delta", delta), sampling_rate("q", q),
+           globals()["steps"]("steps", steps), choice("sampling", sampling, sampling_names()),
+           choice("relation", relation, RELATIONS))
+    if out[4] == "none" and out[2] != 1.0:
+        raise ValueError(f"q must be 1 when sampling is 'none' (got q={out[2]!r})")
+    return out
+
+
 def _float_array(name: str, values) -> np.ndarray:
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{name} must be a number or a list of numbers, got {fmt(values)}")

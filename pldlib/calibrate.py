@@ -28,7 +28,6 @@ import numpy as np
 from scipy import special
 
 from . import _validate as V
-from .sampling import sampling_names
 from .pld.accountant import Interval, account
 from .mechanisms import Gaussian
 
@@ -166,15 +165,8 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     CalibrationResult
     """
     t0 = time.perf_counter()
-    epsilon = V.positive_finite("epsilon", epsilon)
-    delta = V.probability_open("delta", delta)
-    q = V.sampling_rate("q", q)
-    steps = V.steps("steps", steps)
-    V.choice("sampling", sampling, sampling_names())
-    V.choice("relation", relation, V.RELATIONS)
+    epsilon, delta, q, steps, sampling, relation = V.dp_target(epsilon, delta, q, steps, sampling, relation)
     tol = V.positive_finite("tol", tol)
-    if sampling == "none" and q != 1.0:
-        raise ValueError("q must be 1 when sampling is 'none'")
     samp = "none" if q == 1.0 else sampling
 
     def mech(sigma):

@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from . import _validate as V
-from .sampling import sampling_names
 
 __all__ = ["SigmaTable", "TableAnswer", "TableRangeError", "open", "open_table", "default_table_path",
            "TABLE_DIMS", "TABLE_KIND", "invert_on_safe_side"]
@@ -168,12 +167,7 @@ class SigmaTable:
             ValueError) outside the table, KeyError where the grid point has no
             certified entry (its computation failed or is missing).
         """
-        epsilon = V.positive_finite("epsilon", epsilon)
-        delta = V.probability_open("delta", delta)
-        q = V.sampling_rate("q", q)
-        steps = V.steps("steps", steps)
-        V.choice("sampling", sampling, sampling_names())
-        V.choice("relation", relation, V.RELATIONS)
+        epsilon, delta, q, steps, sampling, relation = V.dp_target(epsilon, delta, q, steps, sampling, relation)
         idx, rounding = [], {}
         for name, val in (("epsilon", epsilon), ("delta", delta), ("q", q), ("steps", float(steps))):
             i, how = _round_safe(name, val, self._axes[name])
