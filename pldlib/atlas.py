@@ -1,0 +1,352 @@
+"""Certified sigma look-ups from an eps atlas (docs/MATH.md section 9.4).
+
+An *atlas* is the result of an ordinary sweep (``sweeps run configs/atlas.yaml``):
+certified ``eps_upper`` and ``eps_lower`` of the PLD accountant for the Gaussian
+mechanism on a grid ``sigma x q x steps x delta`` per (sampling, relation),
+exported to one compressed ``.npz`` file (``python -m sweeps.atlas export
+STORE OUT.npz``) that loads with numpy alone.
+
+:meth:`Atlas.sigma_for` inverts it for any target epsilon (epsilon is not a
+grid axis), vectorised over arrays of queries.  The true eps(delta) increases
+in q and in the number of steps and decreases in delta and in sigma (each a
+post-processing argument, docs/MATH.md section 9.2), so
+
+* **certified sigma**: the smallest grid sigma whose certified ``eps_upper`` at
+  the safe-side neighbours of the query (q up, steps up, delta down) is
+  ``<= epsilon``: its true eps at the query is below that upper bound;
+* **certified insufficient sigma**: the largest grid sigma whose certified
+  ``eps_lower`` at the other neighbours (q down, steps down, delta up) is
+  ``> epsilon``: its true eps at the query is above it, and so is that of every
+  smaller sigma; the smallest feasible sigma lies in ``(insufficient, certified]``;
+* **estimate**: log-linear interpolation of the interval's midpoint in
+  (log q, log steps, log delta) and then in (log sigma, log eps) -- labelled an
+  estimate, no guarantee.
+
+``certify=True`` runs the PLD accountant at the exact query, seeded by the
+estimate (one or two upper-only evaluations in the common case), and returns a
+sigma whose certified upper bound meets the target.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import _validate as V
+
+__all__ = ["Atlas", "AtlasAnswer", "AtlasRangeError", "open_atlas", "default_atlas_path", "ATLAS_AXES"]
+
+#: numeric axes of an atlas, in array order
+ATLAS_AXES = ("sigma", "q", "steps", "delta")
+ATLAS_FORMAT = 1
+
+
+class AtlasRangeError(ValueError):
+    """A query outside what the atlas covers (names the argument and the covered range)."""
+
+
+@dataclass
+class AtlasAnswer:
+    """Result of :meth:`Atlas.sigma_for` (arrays, or floats for scalar queries).
+
+    sigma : certified sigma (NaN where no grid sigma is certified for the query)
+    sigma_insufficient : a sigma certified NOT to meet the target (NaN if unknown)
+    estimate : interpolated sigma -- an ESTIMATE, no guarantee
+    eps_upper : the certified upper eps the certified sigma was read from (or checked at)
+    certified_by : "atlas" (grid neighbours) or "accountant" (``certify=True``), per query
+    evaluations : accountant evaluations made (``certify=True``)
+    """
+
+    sigma: np.ndarray | float
+    sigma_insufficient: np.ndarray | float
+    estimate: np.ndarray | float
+    eps_upper: np.ndarray | float
+    certified_by: list | str = "atlas"
+    evaluations: int = 0
+    notes: list = field(default_factory=list)
+
+
+class Atlas:
+    """An eps atlas: certified eps intervals on ``sigma x q x steps x delta`` per (sampling, relation)."""
+
+    def __init__(self, axes: dict, tables: dict, meta: dict | None = None):
+        self.axes = {a: np.asarray(axes[a], dtype=float) for a in ATLAS_AXES}
+        for a in ATLAS_AXES:
+            v = self.axes[a]
+            if v.ndim != 1 or v.size < 1 or np.any(np.diff(v) <= 0):
+                raise ValueError(f"atlas axis {a} must be strictly increasing")
+        shape = tuple(self.axes[a].size for a in ATLAS_AXES)
+        self.tables = {}
+        for key, (up, lo) in tables.items():
+            up = np.asarray(up, dtype=float)
+            lo = np.asarray(lo, dtype=float)
+            if up.shape != shape or lo.shape != shape:
+                raise ValueError(f"atlas arrays for {key} must have shape {shape}")
+            self.tables[tuple(key)] = (up, lo)
+        self.meta = dict(meta or {})
+        self._log = {a: np.log(self.axes[a]) for a in ATLAS_AXES}
+
+    def __repr__(self) -> str:
+        ax = ", ".join(f"{a}: {v.size} in [{v[0]:g}, {v[-1]:g}]" for a, v in self.axes.items())
+        keys = ", ".join(f"{s}/{r}" for s, r in self.tables)
+        return f"<Atlas {ax}; {keys}>"
+
+    # -- files -----------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write a compressed ``.npz`` (numpy only; atomic: a temporary file then a rename)."""
+        arrays = {f"axis_{a}": self.axes[a] for a in ATLAS_AXES}
+        keys = []
+        for i, (key, (up, lo)) in enumerate(self.tables.items()):
+            arrays[f"upper_{i}"], arrays[f"lower_{i}"] = up, lo
+            keys.append(list(key))
+        meta = {**self.meta, "format": ATLAS_FORMAT, "keys": keys}
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp.npz")
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, p)
+
+    @classmethod
+    def load(cls, path) -> "Atlas":
+        p = os.fspath(path)
+        if not Path(p).exists():
+            raise FileNotFoundError(f"no atlas at {p!r}")
+        with np.load(p) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            if meta.get("format") != ATLAS_FORMAT:
+                raise ValueError(f"{p}: not a pldlib atlas of format {ATLAS_FORMAT}")
+            axes = {a: z[f"axis_{a}"] for a in ATLAS_AXES}
+            tables = {tuple(k): (z[f"upper_{i}"], z[f"lower_{i}"]) for i, k in enumerate(meta.pop("keys"))}
+        return cls(axes, tables, meta)
+
+    # -- look-ups --------------------------------------------------------------------
+    def _index(self, name: str, x: np.ndarray, side: str) -> np.ndarray:
+        """Index of the grid neighbour on ``side`` ("up": smallest grid value >= x, "down":
+        largest <= x), with a relative tolerance of 1e-9 for grid points."""
+        g = self.axes[name]
+        tol = 1e-9
+        if side == "up":
+            i = np.searchsorted(g, x * (1 - tol), side="left")
+            bad = i >= g.size
+        else:
+            i = np.searchsorted(g, x * (1 + tol), side="right") - 1
+            bad = i < 0
+        if bad.any():
+            v = x[np.nonzero(bad)[0][0]]
+            raise AtlasRangeError(f"{name}={v:g} is outside the atlas ({name} covers [{g[0]:g}, {g[-1]:g}])")
+        return np.clip(i, 0, g.size - 1)
+
+    def _check_range(self, name: str, x: np.ndarray) -> None:
+        g = self.axes[name]
+        bad = (x < g[0] * (1 - 1e-9)) | (x > g[-1] * (1 + 1e-9))
+        if bad.any():
+            v = x[np.nonzero(bad)[0][0]]
+            raise AtlasRangeError(f"{name}={v:g} is outside the atlas ({name} covers [{g[0]:g}, {g[-1]:g}])")
+
+    def sigma_for(self, epsilon, delta, q, steps, sampling: str = "poisson", relation: str = "add_remove", *,
+                  certify: bool = False) -> AtlasAnswer:
+        """Certified sigma, certified insufficient sigma and an estimate for each query.
+
+        ``epsilon``, ``delta``, ``q``, ``steps`` broadcast against each other (any
+        epsilon > 0; the others inside the atlas's ranges).  Scalars in, floats out.
+        With ``certify=True`` each query is also checked by the accountant at its
+        exact arguments (see the module docstring); ``sigma`` is then that sigma.
+        """
+        scalar = all(np.ndim(x) == 0 for x in (epsilon, delta, q, steps))
+        e, d, qq, k = (np.atleast_1d(np.asarray(x, dtype=float)) for x in (epsilon, delta, q, steps))
+        try:
+            e, d, qq, k = np.broadcast_arrays(e, d, qq, k)
+        except ValueError:
+            raise ValueError("epsilon, delta, q and steps must broadcast to one shape") from None
+        e, d, qq, k = (np.ravel(x) for x in (e, d, qq, k))
+        for name, x, ok in (("epsilon", e, (e > 0) & np.isfinite(e)), ("delta", d, (d > 0) & (d < 1)),
+                            ("q", qq, (qq > 0) & (qq <= 1)), ("steps", k, (k >= 1) & (k == np.floor(k)))):
+            if not ok.all():
+                bad = x[~ok][0]
+                why = {"epsilon": "> 0 and finite", "delta": "in (0, 1)", "q": "in (0, 1]",
+                       "steps": "an integer >= 1"}[name]
+                raise ValueError(f"{name} must be {why}, got {V.fmt(bad)}")
+        for name, x in (("delta", d), ("q", qq), ("steps", k)):
+            self._check_range(name, x)
+        key = (sampling, relation)
+        if key not in self.tables:
+            have = ", ".join(f"sampling={s!r}/relation={r!r}" for s, r in self.tables)
+            for what, val in (("sampling", sampling), ("relation", relation)):
+                if val not in {kk[0 if what == "sampling" else 1] for kk in self.tables}:
+                    raise AtlasRangeError(f"{what}={val!r} is not in the atlas (it has {have})")
+            raise AtlasRangeError(f"sampling={sampling!r} with relation={relation!r} is not in the atlas "
+                                  f"(it has {have})")
+        up, lo = self.tables[key]
+        S = self.axes["sigma"]
+        # certified: safe-side neighbours (q up, steps up, delta down)
+        iq, ik, idd = self._index("q", qq, "up"), self._index("steps", k, "up"), self._index("delta", d, "down")
+        col = up[:, iq, ik, idd].T  # (n, S)
+        ok = col <= e[:, None]
+        j = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
+        sigma = np.where(j >= 0, S[np.maximum(j, 0)], np.nan)
+        eps_up = np.where(j >= 0, col[np.arange(col.shape[0]), np.maximum(j, 0)], np.nan)
+        # insufficient: the other neighbours (q down, steps down, delta up)
+        jq, jk, jd = self._index("q", qq, "down"), self._index("steps", k, "down"), self._index("delta", d, "up")
+        lcol = lo[:, jq, jk, jd].T
+        bad = lcol > e[:, None]  # NaN compares False: unknown
+        last = np.where(bad.any(axis=1), S.size - 1 - bad[:, ::-1].argmax(axis=1), -1)
+        insufficient = np.where(last >= 0, S[np.maximum(last, 0)], np.nan)
+        est = self._estimate(e, d, qq, k, up, lo)
+        ans = AtlasAnswer(sigma, insufficient, est, eps_up, certified_by=["atlas"] * sigma.size)
+        if certify:
+            ans = self._certify(ans, e, d, qq, k, sampling, relation)
+        if scalar:
+            return AtlasAnswer(float(ans.sigma[0]), float(ans.sigma_insufficient[0]), float(ans.estimate[0]),
+                               float(ans.eps_upper[0]), ans.certified_by[0], ans.evaluations, ans.notes)
+        return ans
+
+    def _estimate(self, e, d, qq, k, up, lo) -> np.ndarray:
+        """Interpolated sigma (an estimate): log eps multilinear in (log q, log steps, log delta),
+        then log sigma linear in log eps."""
+        mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lmid = np.log(mid)
+        out = np.full(e.size, np.nan)
+        n = e.size
+        for s in range(0, n, 20_000):
+            sl = slice(s, min(n, s + 20_000))
+            corners = []
+            for name, x in (("q", qq[sl]), ("steps", k[sl]), ("delta", d[sl])):
+                g = self._log[name]
+                lx = np.log(x)
+                i0 = np.clip(np.searchsorted(g, lx, side="right") - 1, 0, max(g.size - 2, 0))
+                i1 = np.minimum(i0 + 1, g.size - 1)
+                span = g[i1] - g[i0]
+                w = np.where(span > 0, (lx - g[i0]) / np.where(span > 0, span, 1.0), 0.0)
+                corners.append((i0, i1, np.clip(w, 0.0, 1.0)))
+            (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = corners
+            acc = np.zeros((sl.stop - sl.start, lmid.shape[0]))
+            for ia, fa in ((a0, 1 - wa), (a1, wa)):
+                for ib, fb in ((b0, 1 - wb), (b1, wb)):
+                    for ic, fc in ((c0, 1 - wc), (c1, wc)):
+                        acc += (fa * fb * fc)[:, None] * lmid[:, ia, ib, ic].T
+            # invert log eps(log sigma) (decreasing) at log epsilon, per query
+            target = np.log(e[sl])[:, None]
+            ls = self._log["sigma"]
+            # first index where the curve drops to the target or below
+            below = (acc <= target) & np.isfinite(acc)
+            jj = np.where(below.any(axis=1), below.argmax(axis=1), -1)
+            r = np.arange(acc.shape[0])
+            j1 = np.maximum(jj, 1)
+            y0, y1 = acc[r, j1 - 1], acc[r, j1]
+            t = np.where((y0 - y1) > 0, (y0 - target[:, 0]) / np.where((y0 - y1) > 0, y0 - y1, 1.0), 0.0)
+            val = ls[j1 - 1] + np.clip(t, 0.0, 1.0) * (ls[j1] - ls[j1 - 1])
+            val = np.where(jj == 0, np.nan, val)  # target above the curve's top: below the atlas's sigma range
+            out[sl] = np.where(jj >= 1, np.exp(val), np.nan)
+        return out
+
+    def _certify(self, ans: AtlasAnswer, e, d, qq, k, sampling, relation) -> AtlasAnswer:
+        """Check each query with the accountant at its exact arguments (docstring of the module)."""
+        from .calibrate import calibrate, upper_interval
+        from .mechanisms import Gaussian
+        from .pld.accountant import account
+
+        sig = np.array(ans.sigma, dtype=float)
+        eps_up = np.array(ans.eps_upper, dtype=float)
+        by = list(ans.certified_by)
+        evals = 0
+        notes = list(ans.notes)
+        for i in range(e.size):
+            samp = "none" if qq[i] == 1.0 else sampling
+
+            def upper(s):
+                m = Gaussian(sigma=float(s), q=float(qq[i]), sampling=samp, relation=relation)
+                h = upper_interval(m, int(k[i]))
+                return float(account(m, int(k[i]), interval=h, lower_bound=False).epsilon(float(d[i])).upper)
+
+            s0 = ans.estimate[i]
+            done = False
+            if math.isfinite(s0):
+                try:
+                    u0 = upper(s0)
+                    evals += 1
+                    # local slope of log eps in log sigma: from a second point (the interpolation is
+                    # smooth; a wrong slope only costs a fall-back)
+                    s1 = s0 * (u0 / e[i]) ** 0.5 if u0 > 0 else s0
+                    if u0 <= e[i] and u0 >= e[i] * 0.995:
+                        sig[i], eps_up[i], done = s0, u0, True
+                    else:
+                        # one Newton-like step using the atlas's slope at s0
+                        slope = self._slope(e[i], d[i], qq[i], k[i], sampling, relation, s0)
+                        if slope is not None and slope < 0:
+                            s1 = s0 * math.exp((math.log(e[i]) - math.log(u0)) / slope) * (1 + 1e-3)
+                        u1 = upper(s1)
+                        evals += 1
+                        if u1 <= e[i]:
+                            sig[i], eps_up[i], done = s1, u1, True
+                        elif u0 <= e[i]:
+                            sig[i], eps_up[i], done = s0, u0, True
+                except (ArithmeticError, MemoryError, ValueError) as exc:
+                    notes.append(f"query {i}: {type(exc).__name__}: {exc}")
+            if not done:
+                try:
+                    res = calibrate(epsilon=float(e[i]), delta=float(d[i]), q=float(qq[i]), steps=int(k[i]),
+                                    sampling=sampling if qq[i] < 1 else "none", relation=relation,
+                                    sigma_guess=float(s0) if math.isfinite(s0) else None, table=None,
+                                    certify_lower=False)
+                    evals += res.evaluations
+                    sig[i], eps_up[i] = res.sigma, res.eps_upper
+                except Exception as exc:  # keep the atlas's certified sigma
+                    notes.append(f"query {i}: calibrate failed ({type(exc).__name__}: {exc}); atlas answer kept")
+                    continue
+            by[i] = "accountant"
+        return AtlasAnswer(sig, ans.sigma_insufficient, ans.estimate, eps_up, by, evals, notes)
+
+    def _slope(self, e, d, q, k, sampling, relation, s0) -> float | None:
+        """d log eps / d log sigma of the atlas's interpolated curve at s0 (an estimate)."""
+        up, lo = self.tables[(sampling, relation)]
+        a = self._estimate_curve(d, q, k, up, lo)
+        ls = self._log["sigma"]
+        good = np.isfinite(a)
+        if good.sum() < 2:
+            return None
+        x = math.log(s0)
+        j = int(np.clip(np.searchsorted(ls, x) - 1, 0, ls.size - 2))
+        if not (good[j] and good[j + 1]):
+            return None
+        return float((a[j + 1] - a[j]) / (ls[j + 1] - ls[j]))
+
+    def _estimate_curve(self, d, q, k, up, lo) -> np.ndarray:
+        """log eps of the interpolated curve on the sigma grid at one (delta, q, steps)."""
+        mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lmid = np.log(mid)
+        out = np.zeros(lmid.shape[0])
+        ws = []
+        for name, x in (("q", q), ("steps", k), ("delta", d)):
+            g = self._log[name]
+            lx = math.log(x)
+            i0 = int(np.clip(np.searchsorted(g, lx, side="right") - 1, 0, max(g.size - 2, 0)))
+            i1 = min(i0 + 1, g.size - 1)
+            w = (lx - g[i0]) / (g[i1] - g[i0]) if g[i1] > g[i0] else 0.0
+            ws.append((i0, i1, min(max(w, 0.0), 1.0)))
+        (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = ws
+        for ia, fa in ((a0, 1 - wa), (a1, wa)):
+            for ib, fb in ((b0, 1 - wb), (b1, wb)):
+                for ic, fc in ((c0, 1 - wc), (c1, wc)):
+                    out = out + fa * fb * fc * lmid[:, ia, ib, ic]
+        return out
+
+
+def open_atlas(path) -> Atlas:
+    """Load an atlas ``.npz`` (numpy only: no xarray, no zarr)."""
+    return Atlas.load(path)
+
+
+def default_atlas_path() -> str | None:
+    """The curated atlas: ``$PLDLIB_ATLAS`` or ``results/atlas/atlas.npz`` of the source
+    checkout; None if neither exists (``PLDLIB_ATLAS=`` disables it)."""
+    env = os.environ.get("PLDLIB_ATLAS")
+    if env is not None:
+        return env or None
+    p = Path(__file__).resolve().parent.parent / "results" / "atlas" / "atlas.npz"
+    return str(p) if p.exists() else None

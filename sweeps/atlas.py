@@ -1,0 +1,161 @@
+"""The eps atlas: a sweep store exported for certified sigma look-ups (:mod:`pldlib.atlas`).
+
+An atlas is an ordinary sweep (``sweeps run configs/atlas.yaml``: the Gaussian
+mechanism, method ``pld``, one accountant per (sigma, q, sampling, relation)
+answering every steps value and delta of its row).  This module is the
+post-processing step: :func:`export` reads the store's certified
+``eps_upper`` / ``eps_lower`` and writes one ``.npz`` that
+:class:`pldlib.atlas.Atlas` loads with numpy alone; :func:`verify` re-checks
+random off-grid queries against the accountant and ``pldlib.calibrate``.
+
+Command line::
+
+    python -m sweeps.atlas export results/atlas/atlas.zarr results/atlas/atlas.npz
+    python -m sweeps.atlas verify results/atlas/atlas.npz --n 200 --seed 0 [--calibrate]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["export", "atlas_from_store", "verify", "main"]
+
+
+def atlas_from_store(store: str, method: str = "pld"):
+    """An :class:`pldlib.atlas.Atlas` from a sweep store (Gaussian mechanism, ``method``).
+
+    Cells that failed (or were not computed) are NaN: a NaN upper bound certifies
+    nothing and a NaN lower bound proves nothing, so look-ups skip them.
+    """
+    import xarray as xr
+
+    from pldlib.atlas import Atlas
+
+    ds = xr.open_zarr(store, chunks=None)
+    if ds.attrs.get("mechanism", "gaussian") != "gaussian":
+        raise ValueError(f"{store}: an atlas needs the gaussian mechanism, got {ds.attrs.get('mechanism')!r}")
+    methods = [str(m) for m in ds["method"].values]
+    if method not in methods:
+        raise ValueError(f"{store}: no method {method!r} in the store (it has {', '.join(methods)})")
+    ds = ds.isel(method=methods.index(method))
+    axes = {a: np.asarray(ds[a].values, dtype=float) for a in ("sigma", "q", "steps", "delta")}
+    order = {a: np.argsort(v) for a, v in axes.items()}
+    idx = np.ix_(order["sigma"], order["q"], order["steps"], order["delta"])
+    dims = ("sigma", "q", "steps", "delta")
+    tables = {}
+    for s in ds["sampling"].values:
+        for r in ds["relation"].values:
+            sub = ds.sel(sampling=s, relation=r)
+            ok = sub["status"].transpose(*dims).values == 1  # STATUS_OK: computed, not failed
+            up = np.where(ok, sub["eps_upper"].transpose(*dims).values, np.nan)
+            lo = np.where(ok, sub["eps_lower"].transpose(*dims).values, np.nan)
+            tables[(str(s), str(r))] = (up[idx], lo[idx])
+    axes = {a: v[order[a]] for a, v in axes.items()}
+    meta = {"source_store": str(store), "method": method, "fingerprint": ds.attrs.get("sweeps_fingerprint", ""),
+            "pldlib_version": ds.attrs.get("pldlib_version", ""), "exported_at": time.time()}
+    return Atlas(axes, tables, meta)
+
+
+def export(store: str, out: str, method: str = "pld") -> "object":
+    """Write the atlas of ``store`` to ``out`` (``.npz``); returns the :class:`Atlas`."""
+    atlas = atlas_from_store(store, method)
+    atlas.save(out)
+    return atlas
+
+
+def _random_queries(atlas, n: int, rng, sampling: str, relation: str, eps_range=(0.2, 16.0)):
+    ax = atlas.axes
+    lq = rng.uniform(math.log(ax["q"][0]), math.log(ax["q"][-1]), n)
+    lk = rng.uniform(math.log(ax["steps"][0]), math.log(ax["steps"][-1]), n)
+    ld = rng.uniform(math.log(ax["delta"][0]), math.log(ax["delta"][-1]), n)
+    le = rng.uniform(math.log(eps_range[0]), math.log(eps_range[1]), n)
+    return np.exp(le), np.exp(ld), np.exp(lq), np.maximum(1, np.round(np.exp(lk)))
+
+
+def verify(atlas_path: str, n: int = 200, seed: int = 0, sampling: str = "poisson", relation: str = "add_remove",
+           with_calibrate: bool = False, out=sys.stdout) -> dict:
+    """Re-check ``n`` random off-grid queries: every certified sigma's upper eps at the exact
+    query (the accountant at the upper-bound grid rule) must meet the target; with
+    ``with_calibrate`` also compare with ``pldlib.calibrate``.  Returns the figures."""
+    import pldlib
+    from pldlib.atlas import open_atlas
+    from pldlib.calibrate import upper_interval
+
+    atlas = open_atlas(atlas_path)
+    rng = np.random.default_rng(seed)
+    e, d, q, k = _random_queries(atlas, n, rng, sampling, relation)
+    ans = atlas.sigma_for(e, d, q, k, sampling, relation)
+    rows = []
+    for i in range(n):
+        row = {"epsilon": float(e[i]), "delta": float(d[i]), "q": float(q[i]), "steps": int(k[i]),
+               "sigma": float(ans.sigma[i]), "insufficient": float(ans.sigma_insufficient[i]),
+               "estimate": float(ans.estimate[i])}
+        if math.isfinite(ans.sigma[i]):
+            m = pldlib.Gaussian(sigma=float(ans.sigma[i]), q=float(q[i]),
+                                sampling="none" if q[i] == 1 else sampling, relation=relation)
+            h = upper_interval(m, int(k[i]))
+            row["check_upper"] = float(pldlib.account(m, int(k[i]), interval=h, lower_bound=False)
+                                       .epsilon(float(d[i])).upper)
+            row["violation"] = row["check_upper"] > e[i]
+        if with_calibrate:
+            t0 = time.perf_counter()
+            try:
+                c = pldlib.calibrate(epsilon=float(e[i]), delta=float(d[i]), q=float(q[i]), steps=int(k[i]),
+                                     sampling=sampling if q[i] < 1 else "none", relation=relation, table=None)
+                row["calibrated"], row["calibrate_seconds"] = c.sigma, time.perf_counter() - t0
+            except Exception as exc:
+                row["calibrate_error"] = f"{type(exc).__name__}: {exc}"
+        rows.append(row)
+    certified = [r for r in rows if math.isfinite(r["sigma"])]
+    fig = {"queries": n, "certified": len(certified), "violations": sum(bool(r.get("violation")) for r in rows)}
+    ratios = [r["sigma"] / r["calibrated"] for r in rows if "calibrated" in r and math.isfinite(r["sigma"])]
+    est = [abs(r["estimate"] / r["calibrated"] - 1) for r in rows if "calibrated" in r and math.isfinite(r["estimate"])]
+    if ratios:
+        fig.update(ratio_median=float(np.median(ratios)), ratio_max=float(np.max(ratios)))
+    if est:
+        fig.update(estimate_err_median=float(np.median(est)), estimate_err_max=float(np.max(est)))
+    print(json.dumps(fig), file=out)
+    return {"figures": fig, "rows": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sweeps.atlas", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pe = sub.add_parser("export", help="sweep store -> atlas .npz")
+    pe.add_argument("store")
+    pe.add_argument("out")
+    pe.add_argument("--method", default="pld")
+    pv = sub.add_parser("verify", help="re-check random off-grid queries")
+    pv.add_argument("atlas")
+    pv.add_argument("--n", type=int, default=200)
+    pv.add_argument("--seed", type=int, default=0)
+    pv.add_argument("--sampling", default="poisson")
+    pv.add_argument("--relation", default="add_remove")
+    pv.add_argument("--calibrate", action="store_true", help="also compare with pldlib.calibrate (slow)")
+    pv.add_argument("--json-out", default=None, help="write every row to this JSON file")
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        if a.cmd == "export":
+            atlas = export(a.store, a.out, a.method)
+            print(f"wrote {a.out}: {atlas!r}")
+            return 0
+        res = verify(a.atlas, a.n, a.seed, a.sampling, a.relation, a.calibrate)
+        if a.json_out:
+            with open(a.json_out, "w") as f:
+                json.dump(res, f, indent=1)
+        return 0 if res["figures"]["violations"] == 0 else 1
+    except (OSError, ValueError, KeyError) as e:
+        print(f"sweeps.atlas: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

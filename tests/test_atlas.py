@@ -1,0 +1,132 @@
+"""The eps atlas: a sweep store exported to .npz and inverted for certified sigmas.
+
+Every certified sigma an off-grid look-up returns is re-checked by the accountant
+at the exact query (its certified upper eps meets the target), every certified
+insufficient sigma by the accountant's certified lower bound (above the target).
+"""
+import io
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import pldlib
+from pldlib.atlas import Atlas, AtlasRangeError, open_atlas
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def atlas_path(tmp_path_factory):
+    """configs/atlas_test.yaml run by the sweep on an in-process cluster, then exported."""
+    from distributed import LocalCluster
+
+    from sweeps.atlas import export
+    from sweeps.config import parse_config
+    from sweeps.execute import run_sweep
+
+    d = tmp_path_factory.mktemp("atlas")
+    data = yaml.safe_load((ROOT / "configs" / "atlas_test.yaml").read_text())
+    data["store"] = str(d / "a.zarr")
+    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+        with c.get_client() as client:
+            run_sweep(parse_config(data), client=client, progress=False, stream=io.StringIO())
+    out = d / "a.npz"
+    export(str(d / "a.zarr"), str(out))
+    return out
+
+
+def test_export_round_trip_keeps_the_store_values(atlas_path):
+    import xarray as xr
+
+    a = open_atlas(atlas_path)
+    ds = xr.open_zarr(str(atlas_path).replace(".npz", ".zarr"), chunks=None).isel(method=0)
+    up, lo = a.tables[("poisson", "add_remove")]
+    ref = ds["eps_upper"].sel(sampling="poisson", relation="add_remove").transpose("sigma", "q", "steps", "delta")
+    assert np.array_equal(up, ref.values)
+    assert np.all(lo <= up)
+    b_path = atlas_path.with_name("copy.npz")
+    a.save(b_path)
+    b = open_atlas(b_path)
+    assert all(np.array_equal(a.axes[k], b.axes[k]) for k in a.axes)
+
+
+def _check_upper(sigma, e, d, q, k):
+    m = pldlib.Gaussian(sigma=float(sigma), q=float(q), sampling="poisson")
+    return pldlib.account(m, int(k)).epsilon(float(d))
+
+
+def test_off_grid_lookups_are_certified_at_the_exact_query(atlas_path):
+    a = open_atlas(atlas_path)
+    rng = np.random.default_rng(7)
+    n = 12
+    e = np.exp(rng.uniform(math.log(0.5), math.log(6), n))
+    d = np.exp(rng.uniform(math.log(1e-6), math.log(1e-5), n))
+    q = np.exp(rng.uniform(math.log(0.01), math.log(0.1), n))
+    k = np.round(np.exp(rng.uniform(math.log(10), math.log(1000), n)))
+    ans = a.sigma_for(e, d, q, k)
+    checked = insufficient = 0
+    for i in range(n):
+        if math.isfinite(ans.sigma[i]):
+            assert _check_upper(ans.sigma[i], e[i], d[i], q[i], k[i]).upper <= e[i]
+            checked += 1
+        if math.isfinite(ans.sigma_insufficient[i]):
+            assert _check_upper(ans.sigma_insufficient[i], e[i], d[i], q[i], k[i]).lower > e[i]
+            insufficient += 1
+        if math.isfinite(ans.sigma[i]) and math.isfinite(ans.sigma_insufficient[i]):
+            assert ans.sigma_insufficient[i] < ans.sigma[i]
+    assert checked >= n // 2 and insufficient >= 1  # the test exercises both certificates
+
+
+def test_certify_runs_the_accountant_and_is_close_to_calibrate(atlas_path):
+    a = open_atlas(atlas_path)
+    ans = a.sigma_for(2.0, 3e-6, 0.02, 300, certify=True)
+    assert ans.certified_by == "accountant" and 1 <= ans.evaluations <= 8
+    assert _check_upper(ans.sigma, 2.0, 3e-6, 0.02, 300).upper <= 2.0
+    ref = pldlib.calibrate(epsilon=2.0, delta=3e-6, q=0.02, steps=300, table=None).sigma
+    assert abs(ans.sigma / ref - 1) < 5e-3
+
+
+def test_vectorised_lookups_match_scalar_ones(atlas_path):
+    a = open_atlas(atlas_path)
+    v = a.sigma_for([1.0, 3.0], 5e-6, [0.02, 0.05], [50, 500])
+    for i, (e, q, k) in enumerate([(1.0, 0.02, 50), (3.0, 0.05, 500)]):
+        s = a.sigma_for(e, 5e-6, q, k)
+        for f in ("sigma", "sigma_insufficient", "estimate"):
+            x, y = getattr(v, f)[i], getattr(s, f)
+            assert (math.isnan(x) and math.isnan(y)) or x == y
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(epsilon=0.0), "epsilon"), (dict(epsilon=-1.0), "epsilon"), (dict(delta=1.5), "delta"),
+    (dict(delta=1e-9), "delta=1e-09 is outside the atlas (delta covers"), (dict(q=0.5), "q=0.5 is outside"),
+    (dict(steps=5000), "steps=5000 is outside"), (dict(steps=2.5), "steps"),
+    (dict(relation="substitution"), "relation='substitution' is not in the atlas"),
+    (dict(sampling="wor"), "sampling='wor' is not in the atlas"),
+])
+def test_bad_queries_name_the_argument_and_the_range(atlas_path, kw, word):
+    a = open_atlas(atlas_path)
+    q = dict(epsilon=1.0, delta=3e-6, q=0.02, steps=100)
+    q.update(kw)
+    with pytest.raises(ValueError, match=word.replace("(", r"\(").replace("[", r"\[")):
+        a.sigma_for(**q)
+    assert issubclass(AtlasRangeError, ValueError)
+
+
+def test_opening_an_atlas_loads_no_xarray_or_zarr(atlas_path):
+    code = (f"import sys, pldlib.atlas as A; a = A.open_atlas({str(atlas_path)!r}); "
+            "a.sigma_for(1.0, 3e-6, 0.02, 100); "
+            "print([m for m in ('xarray', 'zarr', 'dask') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_bad_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no atlas"):
+        open_atlas(tmp_path / "none.npz")
+    with pytest.raises(ValueError, match="strictly increasing"):
+        Atlas({"sigma": [2.0, 1.0], "q": [0.1], "steps": [1.0], "delta": [1e-5]}, {})
