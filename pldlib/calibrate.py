@@ -151,7 +151,9 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
         the normal outcome; a ``sigma_lower`` further away still bounds the optimum)
     sigma_guess : optional starting point (else a lookup table or the GDP estimate)
     interval : starting grid spacing of the PLD accountant (refined as needed)
-    table : an opened lookup table (:mod:`pldlib.tables`) used as a seed when it covers the query
+    table : an opened eps atlas (:mod:`pldlib.atlas`: its interpolated estimate, capped by its
+        certified sigma, seeds the search) or lookup table (:mod:`pldlib.tables`) used as a seed
+        when it covers the query
     certify_lower : also certify that sigma / (1 + tol) does NOT meet the target (the
         proof that the answer is within tol of the optimum; costs one or two more
         evaluations).  With False the answer is still certified feasible, ``sigma_lower``
@@ -175,6 +177,14 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     seed, seed_kind = None, "gdp"
     if sigma_guess is not None:
         seed, seed_kind = V.positive_finite("sigma_guess", sigma_guess), "guess"
+    elif table is not None and samp != "none" and hasattr(table, "tables"):  # an eps atlas (pldlib.atlas)
+        try:
+            ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)
+            if math.isfinite(ans.estimate):
+                # the interpolated estimate, capped by the atlas's certified sigma
+                seed, seed_kind = min(ans.estimate, ans.sigma) if math.isfinite(ans.sigma) else ans.estimate, "atlas"
+        except ValueError:
+            seed = None
     elif table is not None and samp != "none":
         try:
             ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)

@@ -269,8 +269,8 @@ def _add_calibrate(sub) -> None:
     pc.add_argument("--tol", type=_positive_finite, default=1e-3,
                     help="relative tolerance on sigma (default 1e-3)")
     pc.add_argument("--table", default=None, metavar="PATH",
-                    help="sigma lookup table (zarr) used as a seed when it covers the query "
-                         "(default: the curated table shipped under results/, if present)")
+                    help="eps atlas (.npz) or sigma lookup table (zarr) used as a seed when it covers "
+                         "the query (default: the curated atlas or table shipped under results/, if present)")
     pc.add_argument("--no-table", action="store_true", help="do not seed from a lookup table")
     pc.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
@@ -287,10 +287,13 @@ def _run_calibrate(args) -> int:
     t0 = time.perf_counter()
     table = None
     if not args.no_table:
-        path = args.table if args.table is not None else tables.default_table_path()
+        from .atlas import default_atlas_path, open_atlas
+
+        path = args.table if args.table is not None else (default_atlas_path() or tables.default_table_path())
         if path is not None:
             try:
-                table = tables.open_table(path)
+                # an atlas (.npz, numpy only) or a sigma table (zarr)
+                table = open_atlas(path) if str(path).endswith(".npz") else tables.open_table(path)
             except (OSError, ValueError) as e:
                 if args.table is not None:  # asked for explicitly: a bad path is bad input
                     raise UsageError(f"argument --table: cannot read {args.table!r}: {e}") from None
