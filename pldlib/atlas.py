@@ -207,8 +207,8 @@ class Atlas:
     def _estimate(self, e, d, qq, k, up, lo) -> np.ndarray:
         """Interpolated sigma (an estimate): log eps multilinear in (log q, log steps, log delta),
         then log sigma linear in log eps."""
-        mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
         with np.errstate(divide="ignore", invalid="ignore"):
+            mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
             lmid = np.log(mid)
         out = np.full(e.size, np.nan)
         n = e.size
@@ -317,8 +317,8 @@ class Atlas:
 
     def _estimate_curve(self, d, q, k, up, lo) -> np.ndarray:
         """log eps of the interpolated curve on the sigma grid at one (delta, q, steps)."""
-        mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
         with np.errstate(divide="ignore", invalid="ignore"):
+            mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
             lmid = np.log(mid)
         out = np.zeros(lmid.shape[0])
         ws = []

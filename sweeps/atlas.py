@@ -101,7 +101,7 @@ def verify(atlas_path: str, n: int = 200, seed: int = 0, sampling: str = "poisso
             h = upper_interval(m, int(k[i]))
             row["check_upper"] = float(pldlib.account(m, int(k[i]), interval=h, lower_bound=False)
                                        .epsilon(float(d[i])).upper)
-            row["violation"] = row["check_upper"] > e[i]
+            row["violation"] = bool(row["check_upper"] > e[i])
         if with_calibrate:
             t0 = time.perf_counter()
             try:
