@@ -260,6 +260,65 @@ class Accountant:
     def delta(self, epsilon):
         raise NotImplementedError
 
+    # -- trade-off curves (f-DP; docs/MATH.md section 10) ------------------------------
+    def _power(self, alpha: np.ndarray):
+        """(lower, upper) certified bounds on the power 1 - beta(alpha); methods that can
+        certify a trade-off curve override this."""
+        raise NotImplementedError(f"{self.method}: no certified trade-off curve for this method "
+                                  f"(kind {self.kind!r}); use the 'pld' accountant")
+
+    def tradeoff(self, alpha):
+        """Certified interval for the trade-off function beta(alpha) (least type II error at
+        type I error alpha, both directions of the relation; docs/MATH.md section 10),
+        vectorised over alpha in [0, 1].  ``lower`` comes from the pessimistic side (no attack
+        does better), ``upper`` from the optimistic one (some attack does at least as well)."""
+        from ..pld.tradeoff import alpha_array, beta_from_power
+
+        scalar = np.ndim(alpha) == 0
+        a = alpha_array("alpha", alpha)
+        self._ensure_built()
+        plo, pup = self._power(a)
+        blo, bup = beta_from_power(plo, pup)
+        return Interval(float(blo[0]), float(bup[0])) if scalar else Interval(blo, bup)
+
+    def max_tpr(self, fpr):
+        """Certified interval for the largest true-positive rate of any membership test at
+        false-positive rate ``fpr`` (1 - beta(fpr)), vectorised over fpr in [0, 1]."""
+        from ..pld.tradeoff import alpha_array
+
+        scalar = np.ndim(fpr) == 0
+        a = alpha_array("fpr", fpr)
+        self._ensure_built()
+        plo, pup = self._power(a)
+        return Interval(float(plo[0]), float(pup[0])) if scalar else Interval(plo, pup)
+
+    def advantage(self):
+        """Certified interval for the largest attack advantage max_alpha (1 - alpha - beta(alpha))
+        (= delta(0), the total variation distance; docs/MATH.md section 10)."""
+        self._power(np.array([0.5]))  # refuses methods without a certified curve
+        iv = self.delta(0.0)
+        return Interval(max(float(iv.lower), 0.0), min(float(iv.upper), 1.0))
+
+    def gdp_mu(self, alpha_min: float | None = None):
+        """Certified interval for the smallest Gaussian-DP mu with beta(alpha) >= G_mu(alpha) =
+        Phi(Phi^-1(1 - alpha) - mu) for alpha in [alpha_min, 1/2] and, for the symmetric relations
+        (add_remove, substitution), its mirror image; for add or remove alone alpha is checked
+        up to 1 - alpha_min (alpha_min default 1e-12).
+
+        ``upper`` is a mu the curve is certified to satisfy on that range (+inf: none is);
+        ``lower`` a mu below which it is certified not to (+inf: certified that no mu
+        holds).  Any mass at +infinity (pure DP failure probability, and the pessimistic
+        side's truncated tails) rules out mu-GDP as alpha -> 0, hence the range.
+        """
+        from ..pld.tradeoff import DEFAULT_ALPHA_MIN, gdp_mu_bounds
+
+        am = DEFAULT_ALPHA_MIN if alpha_min is None else float(alpha_min)
+        if not (0.0 < am < 0.5):
+            raise ValueError(f"alpha_min: must lie in (0, 0.5), got {alpha_min!r}")
+        self._ensure_built()
+        lo, up = gdp_mu_bounds(self._power, am, symmetric=self.relation in ("add_remove", "substitution"))
+        return Interval(lo, up)
+
     def _options(self) -> dict:
         """Constructor keyword arguments that rebuild an equivalent empty accountant."""
         return {}
