@@ -306,8 +306,9 @@ class Accountant:
         up to 1 - alpha_min (alpha_min default 1e-12).
 
         ``upper`` is a mu the curve is certified to satisfy on that range (+inf: none is);
-        ``lower`` a mu below which it is certified not to (+inf: certified that no mu
-        holds).  Any mass at +infinity (pure DP failure probability, and the pessimistic
+        ``lower`` a mu below which it is certified not to (on that range, hence on (0, 1));
+        both are +inf when the optimistic side certifies mass at +infinity (power > 0 at
+        alpha = 0): then no mu holds.  Any mass at +infinity (pure DP failure probability, and the pessimistic
         side's truncated tails) rules out mu-GDP as alpha -> 0, hence the range.
         """
         from ..pld.tradeoff import DEFAULT_ALPHA_MIN, gdp_mu_bounds
@@ -316,6 +317,9 @@ class Accountant:
         if not (0.0 < am < 0.5):
             raise ValueError(f"alpha_min: must lie in (0, 0.5), got {alpha_min!r}")
         self._ensure_built()
+        if self._power(np.array([0.0]))[0][0] > 0.0:
+            # certified mass at +infinity: power > 0 at alpha = 0, which no G_mu allows
+            return Interval(math.inf, math.inf)
         lo, up = gdp_mu_bounds(self._power, am, symmetric=self.relation in ("add_remove", "substitution"))
         return Interval(lo, up)
 
