@@ -7,6 +7,7 @@ import pytest
 from scipy import special, stats
 
 import pldlib
+import pldlib.attack
 from pldlib import GaussianEvent, PLDAccountant, RandomizedResponseEvent, Sampled
 from pldlib.events import ApproxDPEvent
 
@@ -145,3 +146,45 @@ def test_scalar_in_floats_out():
     iv = acc.tradeoff(0.01)
     assert isinstance(iv.lower, float) and isinstance(iv.upper, float)
     assert iv.lower <= gdp(math.sqrt(2), 0.01) <= iv.upper
+
+
+# -- calibration to attack targets ------------------------------------------------------
+@pytest.mark.parametrize("target", [dict(tpr_at_fpr=(0.2, 0.05)), dict(advantage=0.2)])
+def test_attack_calibration_certified(target):
+    q, k = 0.1, 20
+    res = pldlib.calibrate(q=q, steps=k, tol=1e-2, **target)
+    # checked independently with a fresh accountant at the returned sigma (default accuracy)
+    acc = pldlib.account(pldlib.Gaussian(sigma=res.sigma, q=q, sampling="poisson"), steps=k)
+    if "advantage" in target:
+        assert acc.advantage().upper <= target["advantage"]
+        assert res.value.upper <= target["advantage"]
+    else:
+        tpr, fpr = target["tpr_at_fpr"]
+        assert acc.max_tpr(fpr).upper <= tpr
+    # the infeasibility certificate: just below, the certified lower bound exceeds the target
+    assert res.sigma_lower is not None and res.sigma / res.sigma_lower <= 1.0 + 1e-2 + 1e-9
+    acc_lo = pldlib.account(pldlib.Gaussian(sigma=res.sigma_lower, q=q, sampling="poisson"), steps=k)
+    got = acc_lo.advantage().lower if "advantage" in target else acc_lo.max_tpr(target["tpr_at_fpr"][1]).lower
+    assert got > (target.get("advantage") or target["tpr_at_fpr"][0])
+
+
+def test_attack_calibration_bad_input():
+    with pytest.raises(ValueError, match="tpr_at_fpr"):
+        pldlib.calibrate(q=0.1, steps=10, tpr_at_fpr=(0.01, 0.05))
+    with pytest.raises(ValueError, match="advantage"):
+        pldlib.calibrate(q=0.1, steps=10, advantage=1.5)
+    with pytest.raises(ValueError, match="epsilon/delta"):
+        pldlib.calibrate(1.0, 1e-5, q=0.1, steps=10, advantage=0.2)
+    with pytest.raises(ValueError, match="exactly one"):
+        pldlib.attack.calibrate_attack(0.1, 10, advantage=0.2, tpr_at_fpr=(0.2, 0.1))
+    with pytest.raises(TypeError, match="tpr_at_fpr"):
+        pldlib.calibrate(q=0.1, steps=10, tpr_at_fpr=0.2)
+
+
+def test_implied_epsilon_helpers():
+    from pldlib.attack import epsilon_for_advantage, epsilon_for_tpr
+
+    e = epsilon_for_tpr(0.05, 0.01, 1e-5)
+    assert math.isclose(1e-5 + math.exp(e) * 0.01, 0.05, rel_tol=1e-9)
+    e = epsilon_for_advantage(0.1, 1e-5)
+    assert math.isclose((math.exp(e) - 1 + 2e-5) / (math.exp(e) + 1), 0.1, rel_tol=1e-9)
