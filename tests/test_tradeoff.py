@@ -188,3 +188,32 @@ def test_implied_epsilon_helpers():
     assert math.isclose(1e-5 + math.exp(e) * 0.01, 0.05, rel_tol=1e-9)
     e = epsilon_for_advantage(0.1, 1e-5)
     assert math.isclose((math.exp(e) - 1 + 2e-5) / (math.exp(e) + 1), 0.1, rel_tol=1e-9)
+
+
+# -- command line ------------------------------------------------------------------------
+def test_cli_tradeoff_json(capsys):
+    import json
+
+    from pldlib.cli import main
+
+    rc = main(["tradeoff", "--mechanism", "gaussian", "--sigma", "2", "--steps", "4", "--alpha", "0.001", "0.1",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    truth = gdp(1.0, np.array([0.001, 0.1]))
+    for row, t in zip(out["tradeoff"], truth):
+        assert row["lower"] <= t <= row["upper"]
+        assert row["tpr_lower"] <= 1 - t <= row["tpr_upper"]
+    assert out["gdp_mu"]["lower"] <= 1.0 <= out["gdp_mu"]["upper"]
+    assert out["advantage"]["lower"] <= 2 * stats.norm.cdf(0.5) - 1 <= out["advantage"]["upper"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--alpha", "1.5"], "--alpha"), (["--alpha", "-0.1"], "--alpha"), (["--alpha", "x"], "--alpha"),
+    (["--alpha", "0.1", "--method", "clt"], "no certified trade-off")])
+def test_cli_tradeoff_bad_input(capsys, argv, needle):
+    from pldlib.cli import main
+
+    rc = main(["tradeoff", "--mechanism", "gaussian", "--sigma", "2", "--steps", "4"] + argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1

@@ -152,8 +152,13 @@ def power_bounds(comp: Composition, alpha: np.ndarray) -> tuple[np.ndarray, np.n
 
 def beta_from_power(lo_power, up_power):
     """(beta lower, beta upper) = (1 - up_power, 1 - lo_power), rounded outward."""
-    b_lo = np.maximum(np.nextafter(1.0 - np.asarray(up_power, float), -np.inf), 0.0)
-    b_up = np.minimum(np.nextafter(1.0 - np.asarray(lo_power, float), np.inf), 1.0)
+    up_power = np.asarray(up_power, float)
+    lo_power = np.asarray(lo_power, float)
+    # 1 - x is exact for x in [1/2, 1] (Sterbenz); round outward below
+    b_lo = 1.0 - up_power
+    b_lo = np.maximum(np.where(up_power < 0.5, np.nextafter(b_lo, -np.inf), b_lo), 0.0)
+    b_up = 1.0 - lo_power
+    b_up = np.minimum(np.where(lo_power < 0.5, np.nextafter(b_up, np.inf), b_up), 1.0)
     return b_lo, b_up
 
 
