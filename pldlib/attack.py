@@ -36,6 +36,8 @@ class AttackCalibrationResult:
     value : certified interval of the metric (TPR at the FPR, or advantage) at ``sigma``
     sigma_lower : a sigma whose certified *lower* metric exceeds the target (the optimum
         lies in (sigma_lower, sigma]); None if not certified
+    interval : grid spacing h of the PLD evaluation that certified ``sigma`` (re-check with
+        ``account(..., interval=interval)``; the default spacing may be coarser)
     """
 
     sigma: float
@@ -45,6 +47,7 @@ class AttackCalibrationResult:
     target: float
     seconds: float
     evaluations: int
+    interval: float = math.nan
     params: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
 
@@ -52,7 +55,7 @@ class AttackCalibrationResult:
         return {"sigma": self.sigma, "metric": self.metric, "target": self.target,
                 "value": {"lower": float(self.value.lower), "upper": float(self.value.upper)},
                 "sigma_lower": self.sigma_lower, "seconds": self.seconds, "evaluations": self.evaluations,
-                "params": self.params}
+                "interval": self.interval, "params": self.params}
 
 
 def epsilon_for_tpr(tpr: float, fpr: float, delta: float) -> float:
@@ -146,12 +149,12 @@ def calibrate_attack(q: float = 1.0, steps: int = 1, *, tpr_at_fpr=None, advanta
         history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
         return Interval(float(iv.lower), float(iv.upper)), acc.interval
 
-    lo_s = hi_s = hi_iv = None
+    lo_s = hi_s = hi_iv = hi_h = None
     n = 0
 
     def decide(sigma):
         """Evaluate; refine the grid (twice at most) while the target is inside the interval."""
-        nonlocal lo_s, hi_s, hi_iv, n
+        nonlocal lo_s, hi_s, hi_iv, hi_h, n
         iv, h = evaluate(sigma)
         n += 1
         for _ in range(2):
@@ -161,7 +164,7 @@ def calibrate_attack(q: float = 1.0, steps: int = 1, *, tpr_at_fpr=None, advanta
             n += 1
         if iv.upper <= target:
             if hi_s is None or sigma < hi_s:
-                hi_s, hi_iv = sigma, iv
+                hi_s, hi_iv, hi_h = sigma, iv, h
             return True
         if iv.lower > target and (lo_s is None or sigma > lo_s):
             lo_s = sigma
@@ -197,7 +200,7 @@ def calibrate_attack(q: float = 1.0, steps: int = 1, *, tpr_at_fpr=None, advanta
             a = m
     return AttackCalibrationResult(
         sigma=float(hi_s), value=hi_iv, sigma_lower=None if lo_s is None else float(lo_s), metric=metric,
-        target=float(target), seconds=time.perf_counter() - t0, evaluations=n,
+        target=float(target), seconds=time.perf_counter() - t0, evaluations=n, interval=float(hi_h),
         params={"q": q, "steps": steps, "sampling": samp, "relation": relation, "tol": tol,
                 "tpr_at_fpr": None if tpr_at_fpr is None else [float(tpr), float(fpr)],
                 "advantage": None if advantage is None else float(target)},

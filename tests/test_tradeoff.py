@@ -154,7 +154,8 @@ def test_attack_calibration_certified(target):
     q, k = 0.1, 20
     res = pldlib.calibrate(q=q, steps=k, tol=1e-2, **target)
     # checked independently with a fresh accountant at the returned sigma (default accuracy)
-    acc = pldlib.account(pldlib.Gaussian(sigma=res.sigma, q=q, sampling="poisson"), steps=k)
+    acc = pldlib.account(pldlib.Gaussian(sigma=res.sigma, q=q, sampling="poisson"), steps=k,
+                         interval=res.interval)
     if "advantage" in target:
         assert acc.advantage().upper <= target["advantage"]
         assert res.value.upper <= target["advantage"]
