@@ -135,10 +135,23 @@ def test_bad_alpha(bad):
 
 
 def test_uncertified_methods_say_so():
-    for name in ("clt", "rdp"):
-        acc = pldlib.make_accountant(name, "add_remove").compose(GaussianEvent(1.0), 10)
-        with pytest.raises(NotImplementedError, match="no certified trade-off"):
-            acc.tradeoff(0.1)
+    acc = pldlib.make_accountant("clt", "add_remove").compose(GaussianEvent(1.0), 10)
+    with pytest.raises(NotImplementedError, match="no certified trade-off"):
+        acc.tradeoff(0.1)
+
+
+@pytest.mark.parametrize("name", ["prv", "spa", "rdp"])
+def test_other_methods_generic_bounds(name):
+    """PRV and SPA (certified delta) and RDP (upper delta only) through the generic eps-grid bounds."""
+    acc = pldlib.make_accountant(name, "add_remove").compose(GaussianEvent(2.0), 16)
+    a = np.geomspace(1e-6, 0.5, 20)
+    iv = acc.tradeoff(a)
+    f = gdp(2.0, a)
+    assert np.all(iv.lower <= f) and np.all(f <= iv.upper)
+    if name == "prv":
+        assert np.max(iv.width) < 0.05
+    if name == "rdp":  # no certified lower delta: the upper end of beta is the random test's
+        assert np.allclose(iv.upper, 1 - a)
 
 
 def test_scalar_in_floats_out():

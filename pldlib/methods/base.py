@@ -261,11 +261,47 @@ class Accountant:
         raise NotImplementedError
 
     # -- trade-off curves (f-DP; docs/MATH.md section 10) ------------------------------
+    #: points of the eps grid of the generic trade-off bounds (:meth:`_power`)
+    TRADEOFF_GRID = 801
+
     def _power(self, alpha: np.ndarray):
-        """(lower, upper) certified bounds on the power 1 - beta(alpha); methods that can
-        certify a trade-off curve override this."""
-        raise NotImplementedError(f"{self.method}: no certified trade-off curve for this method "
-                                  f"(kind {self.kind!r}); use the 'pld' accountant")
+        """(lower, upper) certified bounds on the power 1 - beta(alpha) (docs/MATH.md 10.1).
+
+        Generic version from the method's certified delta(eps) on an eps grid e_0 < ... < e_K
+        (the PLD accountant overrides it with the exact reading of its discrete curves):
+        power <= min_k [delta_up(e_k) + e^{e_k} alpha] (every eps is a witness), and, since
+        delta is non-increasing and e^eps increasing, power >= min(delta_lo(e_0),
+        min_k [delta_lo(e_{k+1}) + e^{e_k} alpha], e^{e_K} alpha), and power >= alpha.
+        Methods whose delta has no certified upper side (estimates) refuse.
+        """
+        if self.kind not in ("certified", "upper"):
+            raise NotImplementedError(f"{self.method}: no certified trade-off curve for this method "
+                                      f"(kind {self.kind!r}: its answers are estimates); use the 'pld' accountant")
+        self._ensure_built()
+        try:
+            top = float(self.epsilon(1e-12).upper)
+        except (ArithmeticError, ValueError):
+            top = math.nan
+        top = top if math.isfinite(top) else 40.0
+        top = min(max(top, 1.0), 60.0)
+        eps = np.linspace(-top - 5.0, top, self.TRADEOFF_GRID)
+        d = self.delta(eps)
+        du = np.asarray(d.upper, dtype=float)
+        dl = np.asarray(d.lower, dtype=float)
+        du = np.where(np.isnan(du), 1.0, np.minimum(du, 1.0))
+        dl = np.where(np.isnan(dl), 0.0, np.maximum(dl, 0.0))
+        E = np.exp(eps)
+        up = np.empty(alpha.shape)
+        lo = np.empty(alpha.shape)
+        for j0 in range(0, alpha.size, 256):  # bounded memory
+            a = alpha[j0:j0 + 256, None]
+            up[j0:j0 + 256] = np.min(du[None, :] + E[None, :] * a, axis=1)
+            cells = np.min(dl[None, 1:] + E[None, :-1] * a, axis=1)
+            lo[j0:j0 + 256] = np.minimum(np.minimum(cells, dl[0]), E[-1] * a[:, 0])
+        # round-off of these few operations: a relative 4u margin each way
+        up = np.minimum(up * (1 + 4 * np.finfo(float).eps) , 1.0)
+        lo = np.maximum(lo * (1 - 4 * np.finfo(float).eps), alpha)
+        return np.minimum(lo, up), up
 
     def tradeoff(self, alpha):
         """Certified interval for the trade-off function beta(alpha) (least type II error at
@@ -297,7 +333,8 @@ class Accountant:
         (= delta(0), the total variation distance; docs/MATH.md section 10)."""
         self._power(np.array([0.5]))  # refuses methods without a certified curve
         iv = self.delta(0.0)
-        return Interval(max(float(iv.lower), 0.0), min(float(iv.upper), 1.0))
+        lo = float(iv.lower)
+        return Interval(max(lo, 0.0) if not math.isnan(lo) else 0.0, min(float(iv.upper), 1.0))
 
     def gdp_mu(self, alpha_min: float | None = None):
         """Certified interval for the smallest Gaussian-DP mu with beta(alpha) >= G_mu(alpha) =
