@@ -231,3 +231,22 @@ def test_cli_tradeoff_bad_input(capsys, argv, needle):
     rc = main(["tradeoff", "--mechanism", "gaussian", "--sigma", "2", "--steps", "4"] + argv)
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("relation", ["remove", "add"])
+def test_one_direction_is_not_symmetric(relation):
+    """For add or remove alone the relation is ordered: the reversed-pair term e^-eps (1 - delta - alpha)
+    bounds the other direction's beta, and the certified upper end of this direction's beta falls below
+    it somewhere (so the consistency test above rightly applies it to symmetric relations only)."""
+    acc = PLDAccountant(relation, interval=0.02).compose(Sampled(GaussianEvent(1.0), 0.1, "poisson"), 10)
+    a = np.concatenate([np.geomspace(1e-6, 0.5, 25), np.linspace(0.55, 0.99, 10)])
+    iv = acc.tradeoff(a)
+    eps = np.linspace(-3, 12, 301)
+    du = acc.delta(eps).upper
+    second = np.max((1 - du[None, :] - a[:, None]) / np.exp(eps)[None, :], axis=1)
+    assert np.any(iv.upper < second - 1e-3)
+    # while under add_remove (both directions) it holds
+    both = PLDAccountant("add_remove", interval=0.02).compose(Sampled(GaussianEvent(1.0), 0.1, "poisson"), 10)
+    du2 = both.delta(eps).upper
+    second2 = np.max((1 - du2[None, :] - a[:, None]) / np.exp(eps)[None, :], axis=1)
+    assert np.all(both.tradeoff(a).lower >= second2 - 1e-9)
