@@ -250,3 +250,13 @@ def test_one_direction_is_not_symmetric(relation):
     du2 = both.delta(eps).upper
     second2 = np.max((1 - du2[None, :] - a[:, None]) / np.exp(eps)[None, :], axis=1)
     assert np.all(both.tradeoff(a).lower >= second2 - 1e-9)
+
+
+def test_randomized_response_gdp_mu():
+    """mu of randomized response by a dense independent search over its closed-form curve."""
+    eps0 = 1.0
+    a = np.geomspace(1e-12, 0.5, 200_001)
+    dense = float(np.max(stats.norm.ppf(1 - rr_f(eps0, a)) - stats.norm.ppf(a)))
+    m = PLDAccountant("add_remove", interval=1e-3).compose(RandomizedResponseEvent(eps0)).gdp_mu()
+    assert m.lower <= dense + 1e-9 and dense <= m.upper
+    assert m.upper - m.lower < 0.01
