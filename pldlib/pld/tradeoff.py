@@ -24,9 +24,10 @@ L, alias term chi, valid for eps >= valid_from = v):
   for v = -inf this is the interpolation above, otherwise its last piece is replaced by
   the line U(v) + e^v alpha;
 * **power lower bound** (= certified UPPER bound on beta; optimistic, some attack is at
-  least this strong): for eps >= v, delta(eps) >= L(eps) - chi(v); for eps < v,
-  delta(eps) >= delta(v) >= L(v) - chi(v); hence power >= min(phi_L(alpha), L(v)) - chi(v),
-  and power >= alpha (the random test).
+  least this strong): for any split s >= v, delta(eps) >= L(eps) - chi(s) for eps >= s (chi
+  decreases) and delta(eps) >= delta(s) >= L(s) - chi(s) for eps < s; hence
+  power >= min(phi_L(alpha), L(s)) - chi(s) (the best of 64 splits is kept), and
+  power >= alpha (the random test).
 
 Floating point: the tail sums are sums of non-negative terms (relative error at most
 n u, n the number of points), so the upper ends are raised and the lower ends lowered
@@ -140,11 +141,18 @@ def power_bounds(comp: Composition, alpha: np.ndarray) -> tuple[np.ndarray, np.n
         lo = alpha.copy()
     else:
         phi = np_power(comp.lower, alpha)
-        if v > -np.inf:
-            lv = float(comp.lower.delta(np.array([v]))[0])
-            phi = np.minimum(phi, lv)
         rho_l = 16.0 * _U * (comp.lower.masses.size + 2)
-        lo = phi * (1.0 - rho_l) - _chi(comp)
+        if v > -np.inf:
+            # split at any s >= v: power >= min(phi_L(alpha), L(s)) - chi(s) (chi decreases in
+            # eps, so a split further right pays a smaller alias term); best of 64 splits
+            g = comp.lower.eps_grid
+            splits = np.linspace(v, max(float(g[-1]), v), 64)
+            ls = comp.lower.delta(splits)
+            chis = comp.alias_term(splits)
+            cand = np.minimum(phi[:, None], ls[None, :]) * (1.0 - rho_l) - chis[None, :]
+            lo = np.max(cand, axis=1)
+        else:
+            lo = phi * (1.0 - rho_l) - _chi(comp)
         lo = np.maximum(lo, alpha)
     lo = np.minimum(lo, up)
     return lo, up
