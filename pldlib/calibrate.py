@@ -133,11 +133,17 @@ def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str
     return s
 
 
-def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, sampling: str = "poisson",
+def calibrate(epsilon: float | None = None, delta: float | None = None, q: float = 1.0, steps: int = 1, *,
+              sampling: str = "poisson",
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
               interval: float | None = None, table=None, max_evaluations: int = 60,
-              certify_lower: bool = True) -> CalibrationResult:
+              certify_lower: bool = True, tpr_at_fpr=None, advantage=None) -> CalibrationResult:
     """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
+
+    With ``tpr_at_fpr=(tpr, fpr)`` or ``advantage=a`` instead of (epsilon, delta), the
+    target is an attack bound on the certified trade-off curve (docs/MATH.md 10.3):
+    dispatched to :func:`pldlib.attack.calibrate_attack`, which returns an
+    :class:`~pldlib.attack.AttackCalibrationResult`.
 
     Parameters
     ----------
@@ -166,6 +172,14 @@ def calibrate(epsilon: float, delta: float, q: float = 1.0, steps: int = 1, *, s
     -------
     CalibrationResult
     """
+    if tpr_at_fpr is not None or advantage is not None:
+        if epsilon is not None or delta is not None:
+            raise ValueError("epsilon/delta: give either (epsilon, delta) or an attack target "
+                             "(tpr_at_fpr or advantage), not both")
+        from .attack import calibrate_attack
+
+        return calibrate_attack(q, steps, tpr_at_fpr=tpr_at_fpr, advantage=advantage, sampling=sampling,
+                                relation=relation, tol=tol, sigma_guess=sigma_guess)
     t0 = time.perf_counter()
     epsilon, delta, q, steps, sampling, relation = V.dp_target(epsilon, delta, q, steps, sampling, relation)
     tol = V.positive_finite("tol", tol)

@@ -1,4 +1,4 @@
-"""Command-line interface: ``pldlib epsilon ...`` and ``pldlib delta ...``.
+"""Command-line interface: ``pldlib epsilon ...``, ``pldlib delta ...``, ``pldlib tradeoff ...``.
 
 Examples
 --------
@@ -249,7 +249,66 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--epsilon", type=_epsilon, nargs="+", required=True, metavar="E",
                     help="epsilon value(s), finite (negative allowed)")
     _add_calibrate(sub)
+    _add_tradeoff(sub)
     return parser
+
+
+# -- pldlib tradeoff (docs/MATH.md section 10) ---------------------------------------------
+def _alpha(text: str) -> float:
+    x = _number(text)
+    if not 0.0 <= x <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text!r}")
+    return x
+
+
+def _add_tradeoff(sub) -> None:
+    pt = sub.add_parser("tradeoff", help="trade-off curve beta(alpha) intervals (attack bounds)",
+                        description="Certified interval for the trade-off function beta(alpha): the least "
+                                    "type II error (1 - TPR) of any membership test at type I error "
+                                    "(FPR) alpha, over both directions of the relation; plus the "
+                                    "certified attack advantage and Gaussian-DP mu.")
+    _add_common(pt)
+    pt.add_argument("--alpha", type=_alpha, nargs="+", required=True, metavar="A",
+                    help="type I error(s) / false-positive rate(s), each in [0, 1]")
+
+
+def _run_tradeoff(args) -> int:
+    _, make = MECHANISMS[args.mechanism]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        mech = make(args)
+        acc = make_method_accountant(args.method, mech.relation, args).compose(mech.event, args.steps)
+        a = np.asarray(args.alpha, dtype=float)
+        iv = acc.tradeoff(a)
+        tpr = acc.max_tpr(a)
+        adv = acc.advantage()
+        mu = acc.gdp_mu()
+        seconds = time.perf_counter() - t0
+    lo, up = np.atleast_1d(iv.lower), np.atleast_1d(iv.upper)
+    if args.json:
+        rows = [{"alpha": float(x), "lower": _num(l), "upper": _num(u), "tpr_lower": _num(tl),
+                 "tpr_upper": _num(tu)} for x, l, u, tl, tu in zip(a, lo, up, np.atleast_1d(tpr.lower),
+                                                                   np.atleast_1d(tpr.upper))]
+        out = {"tradeoff": rows, "advantage": {"lower": _num(adv.lower), "upper": _num(adv.upper)},
+               "gdp_mu": {"lower": _num(mu.lower), "upper": _num(mu.upper), "alpha_min": 1e-12},
+               "method": args.method, "seconds": seconds, "params": _params(args, acc)}
+        if not (math.isfinite(mu.lower) and math.isfinite(mu.upper)):
+            out["note"] = ("null marks +infinity: a null gdp_mu upper means no mu is certified; null lower "
+                           "and upper mean the curve is certified to satisfy no mu")
+        print(json.dumps(out, allow_nan=False))
+    else:
+        p = _params(args, acc)
+        head = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items() if v is not None)
+        lines = [f"tradeoff  method={args.method}  {head}  ({seconds:.3f} s)",
+                 f"{'alpha (FPR)':>12}  {'beta lower':>14}  {'beta upper':>14}  {'max TPR lower':>14}  "
+                 f"{'max TPR upper':>14}"]
+        for x, l, u, tl, tu in zip(a, lo, up, np.atleast_1d(tpr.lower), np.atleast_1d(tpr.upper)):
+            lines.append(f"{x:>12g}  {_fmt(l):>14}  {_fmt(u):>14}  {_fmt(tl):>14}  {_fmt(tu):>14}")
+        lines.append(f"advantage in [{_fmt(adv.lower)}, {_fmt(adv.upper)}];  Gaussian-DP mu in "
+                     f"[{_fmt(mu.lower)}, {_fmt(mu.upper)}] (alpha >= 1e-12)")
+        print("\n".join(lines))
+    return EXIT_OK
 
 
 def _add_calibrate(sub) -> None:
@@ -449,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "calibrate":
             return _run_calibrate(args)
+        if args.command == "tradeoff":
+            return _run_tradeoff(args)
         values, lo, hi, seconds, acc = _run(args)
     except UsageError as e:
         return _fail(str(e), EXIT_USAGE)

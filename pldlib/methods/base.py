@@ -260,6 +260,106 @@ class Accountant:
     def delta(self, epsilon):
         raise NotImplementedError
 
+    # -- trade-off curves (f-DP; docs/MATH.md section 10) ------------------------------
+    #: points of the eps grid of the generic trade-off bounds (:meth:`_power`)
+    TRADEOFF_GRID = 801
+
+    def _power(self, alpha: np.ndarray):
+        """(lower, upper) certified bounds on the power 1 - beta(alpha) (docs/MATH.md 10.1).
+
+        Generic version from the method's certified delta(eps) on an eps grid e_0 < ... < e_K
+        (the PLD accountant overrides it with the exact reading of its discrete curves):
+        power <= min_k [delta_up(e_k) + e^{e_k} alpha] (every eps is a witness), and, since
+        delta is non-increasing and e^eps increasing, power >= min(delta_lo(e_0),
+        min_k [delta_lo(e_{k+1}) + e^{e_k} alpha], e^{e_K} alpha), and power >= alpha.
+        Methods whose delta has no certified upper side (estimates) refuse.
+        """
+        if self.kind not in ("certified", "upper"):
+            raise NotImplementedError(f"{self.method}: no certified trade-off curve for this method "
+                                      f"(kind {self.kind!r}: its answers are estimates); use the 'pld' accountant")
+        self._ensure_built()
+        try:
+            top = float(self.epsilon(1e-12).upper)
+        except (ArithmeticError, ValueError):
+            top = math.nan
+        top = top if math.isfinite(top) else 40.0
+        top = min(max(top, 1.0), 60.0)
+        eps = np.linspace(-top - 5.0, top, self.TRADEOFF_GRID)
+        d = self.delta(eps)
+        du = np.asarray(d.upper, dtype=float)
+        dl = np.asarray(d.lower, dtype=float)
+        du = np.where(np.isnan(du), 1.0, np.minimum(du, 1.0))
+        dl = np.where(np.isnan(dl), 0.0, np.maximum(dl, 0.0))
+        E = np.exp(eps)
+        up = np.empty(alpha.shape)
+        lo = np.empty(alpha.shape)
+        for j0 in range(0, alpha.size, 256):  # bounded memory
+            a = alpha[j0:j0 + 256, None]
+            up[j0:j0 + 256] = np.min(du[None, :] + E[None, :] * a, axis=1)
+            cells = np.min(dl[None, 1:] + E[None, :-1] * a, axis=1)
+            lo[j0:j0 + 256] = np.minimum(np.minimum(cells, dl[0]), E[-1] * a[:, 0])
+        # round-off of these few operations: a relative 4u margin each way
+        up = np.minimum(up * (1 + 4 * np.finfo(float).eps) , 1.0)
+        lo = np.maximum(lo * (1 - 4 * np.finfo(float).eps), alpha)
+        return np.minimum(lo, up), up
+
+    def tradeoff(self, alpha):
+        """Certified interval for the trade-off function beta(alpha) (least type II error at
+        type I error alpha, both directions of the relation; docs/MATH.md section 10),
+        vectorised over alpha in [0, 1].  ``lower`` comes from the pessimistic side (no attack
+        does better), ``upper`` from the optimistic one (some attack does at least as well)."""
+        from ..pld.tradeoff import alpha_array, beta_from_power
+
+        scalar = np.ndim(alpha) == 0
+        a = alpha_array("alpha", alpha)
+        self._ensure_built()
+        plo, pup = self._power(a)
+        blo, bup = beta_from_power(plo, pup)
+        return Interval(float(blo[0]), float(bup[0])) if scalar else Interval(blo, bup)
+
+    def max_tpr(self, fpr):
+        """Certified interval for the largest true-positive rate of any membership test at
+        false-positive rate ``fpr`` (1 - beta(fpr)), vectorised over fpr in [0, 1]."""
+        from ..pld.tradeoff import alpha_array
+
+        scalar = np.ndim(fpr) == 0
+        a = alpha_array("fpr", fpr)
+        self._ensure_built()
+        plo, pup = self._power(a)
+        return Interval(float(plo[0]), float(pup[0])) if scalar else Interval(plo, pup)
+
+    def advantage(self):
+        """Certified interval for the largest attack advantage max_alpha (1 - alpha - beta(alpha))
+        (= delta(0), the total variation distance; docs/MATH.md section 10)."""
+        self._power(np.array([0.5]))  # refuses methods without a certified curve
+        iv = self.delta(0.0)
+        lo = float(iv.lower)
+        return Interval(max(lo, 0.0) if not math.isnan(lo) else 0.0, min(float(iv.upper), 1.0))
+
+    def gdp_mu(self, alpha_min: float | None = None):
+        """Certified interval for the smallest Gaussian-DP mu with beta(alpha) >= G_mu(alpha) =
+        Phi(Phi^-1(1 - alpha) - mu) for alpha in [alpha_min, 1/2] and, for the symmetric relations
+        (add_remove, substitution), its mirror image; for add or remove alone alpha is checked
+        up to 1 - alpha_min (alpha_min default 1e-12).
+
+        ``upper`` is a mu the curve is certified to satisfy on that range (+inf: none is);
+        ``lower`` a mu below which it is certified not to (on that range, hence on (0, 1));
+        both are +inf when the optimistic side certifies mass at +infinity (power > 0 at
+        alpha = 0): then no mu holds.  Any mass at +infinity (pure DP failure probability, and the pessimistic
+        side's truncated tails) rules out mu-GDP as alpha -> 0, hence the range.
+        """
+        from ..pld.tradeoff import DEFAULT_ALPHA_MIN, gdp_mu_bounds
+
+        am = DEFAULT_ALPHA_MIN if alpha_min is None else float(alpha_min)
+        if not (0.0 < am < 0.5):
+            raise ValueError(f"alpha_min: must lie in (0, 0.5), got {alpha_min!r}")
+        self._ensure_built()
+        if self._power(np.array([0.0]))[0][0] > 0.0:
+            # certified mass at +infinity: power > 0 at alpha = 0, which no G_mu allows
+            return Interval(math.inf, math.inf)
+        lo, up = gdp_mu_bounds(self._power, am, symmetric=self.relation in ("add_remove", "substitution"))
+        return Interval(lo, up)
+
     def _options(self) -> dict:
         """Constructor keyword arguments that rebuild an equivalent empty accountant."""
         return {}

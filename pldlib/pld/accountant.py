@@ -613,6 +613,46 @@ class PLDAccountant(Accountant):
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
 
+    # -- trade-off curves (docs/MATH.md section 10) --------------------------
+    def _power(self, alpha: np.ndarray):
+        """Certified (lower, upper) bounds on the power 1 - beta(alpha) of the relation: the
+        maximum over branches (beta is the pointwise minimum over the directions), each
+        read exactly off the untilted composition (valid for every eps) by
+        :func:`pldlib.pld.tradeoff.power_bounds`."""
+        lo = np.zeros(alpha.shape)
+        up = np.zeros(alpha.shape)
+        for st in self._branches:
+            l, u = self._branch_power(st, alpha)
+            lo = np.maximum(lo, l)
+            up = np.maximum(up, u)
+        return np.minimum(lo, up), up
+
+    def _branch_power(self, st, alpha):
+        """Power bounds of one branch: from the untilted composition, then (where the interval
+        is wider than 5% of the power, typically at tiny alpha where FFT round-off dominates)
+        from compositions tilted at the eps where the bound is attained; every composition
+        gives certified bounds, so the tightest of each side is kept."""
+        from .tradeoff import power_bounds, vertex_eps
+
+        comp0 = self._compose(st, 0.0)
+        lo, up = power_bounds(comp0, alpha)
+        tried = [0.0]
+        for _ in range(6):
+            bad = (up - lo > 0.05 * up) & (alpha > 0)
+            if not bad.any():
+                break
+            j = np.nonzero(bad)[0][np.argmin(alpha[bad])]
+            theta = self._tilt_for(st, vertex_eps(comp0.upper, float(alpha[j])))
+            if any(abs(theta - t) <= 1e-6 * max(1.0, t) for t in tried):
+                break
+            tried.append(theta)
+            try:
+                l, u = power_bounds(self._compose(st, theta), alpha)
+            except (ArithmeticError, ValueError, GridTooLargeError):
+                break
+            lo, up = np.maximum(lo, l), np.minimum(up, u)
+        return lo, up
+
     # -- delta(eps) -------------------------------------------------------
     def _branch_delta(self, st, eps):
         def evaluate(comp, e, share):
