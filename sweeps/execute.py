@@ -36,7 +36,8 @@ from .provenance import code_changes, environment
 from .store import (STATUS_DONE, STATUS_OK, BlockWriter, StoreError, block_states, check_store, now_iso,
                     prepare_store, read_attrs, read_status, update_attrs)
 
-__all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress", "Terminated", "dashboard_link"]
+__all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress", "Terminated", "dashboard_link",
+           "slurm_job_script"]
 
 
 @dataclass
@@ -189,6 +190,21 @@ def slurm_cluster(jobs: int = 1, **kwargs):
     cluster = SLURMCluster(**opts)
     cluster.scale(jobs=jobs)
     return cluster
+
+
+def slurm_job_script(scheduler: str, **kwargs) -> str:
+    """The ``sbatch`` script of one dask-jobqueue worker job for ``scheduler`` (needs the ``cluster``
+    extra); starts no cluster.  Same keyword arguments and defaults as :func:`slurm_cluster`,
+    e.g. ``job_script_prologue=["source /shared/pldlib/.venv/bin/activate"]`` so that the
+    workers run the driver's environment (same pldlib, same sweeps; checked before submitting).
+    Submit it with ``sbatch``, then ``sweeps run CONFIG --scheduler ADDRESS``."""
+    try:
+        from dask_jobqueue.slurm import SLURMJob
+    except ImportError as e:
+        raise RuntimeError("dask-jobqueue is not installed: pip install 'pldlib[cluster]'") from e
+    opts = {"cores": 4, "processes": 4, "memory": "16GB", "walltime": "02:00:00", "name": "sweeps-worker"}
+    opts.update(kwargs)
+    return SLURMJob(scheduler=scheduler, **opts).job_script()
 
 
 def _lost_result(block, exc: BaseException | None, what: str) -> dict:
