@@ -202,7 +202,8 @@ def slurm_job_script(scheduler: str, **kwargs) -> str:
         from dask_jobqueue.slurm import SLURMJob
     except ImportError as e:
         raise RuntimeError("dask-jobqueue is not installed: pip install 'pldlib[cluster]'") from e
-    opts = {"cores": 4, "processes": 4, "memory": "16GB", "walltime": "02:00:00", "name": "sweeps-worker"}
+    opts = {"cores": 4, "processes": 4, "memory": "16GB", "walltime": "02:00:00", "name": "sweeps-worker",
+            "job_name": "sweeps-worker"}
     opts.update(kwargs)
     return SLURMJob(scheduler=scheduler, **opts).job_script()
 

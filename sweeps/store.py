@@ -133,6 +133,8 @@ def open_dataset(path: str):
     """The sweep as an xarray Dataset (NumPy-backed)."""
     import xarray as xr
 
+    if not _is_local(path):
+        _fs(path)  # a URL whose filesystem package is missing: say which
     if read_attrs(path) is None:
         raise StoreError(f"{path!r} is not a zarr store (nothing there, or not readable)")
     with _quiet():
