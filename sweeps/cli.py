@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .preflight import DEFAULT_MAX_CELLS, DEFAULT_WORKER_TIMEOUT
+
 __all__ = ["main"]
 
 
@@ -42,6 +44,17 @@ def _build() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--quick", action="store_true",
                    help="run the config's quick: variant (smaller grid, its own store)")
+    r.add_argument("--max-cells", type=int, default=None, metavar="N",
+                   help=f"refuse a grid of more than N cells before allocating anything "
+                        f"(default {DEFAULT_MAX_CELLS:.0e})")
+    r.add_argument("--worker-timeout", type=float, default=DEFAULT_WORKER_TIMEOUT, metavar="S",
+                   help="seconds to wait for workers before submitting, and without workers and progress "
+                        f"while running, before giving up (default {DEFAULT_WORKER_TIMEOUT:.0f})")
+    r.add_argument("--allow-mismatch", action="store_true",
+                   help="run even when workers have other pldlib / sweeps code or library versions "
+                        "than the driver (a warning instead of an error)")
+    r.add_argument("--takeover", action="store_true",
+                   help="take the store's lease from another driver that still looks alive")
 
     s = sub.add_parser("status", help="done / failed / missing counts of a store (sweep or sigma table)")
     s.add_argument("store")
@@ -77,6 +90,28 @@ def _bad(msg: str) -> int:
     return 2
 
 
+class _OutError(Exception):
+    pass
+
+
+def _check_out_file(out) -> None:
+    """--out must be a file we can write (checked before any work; one line, exit 2)."""
+    if out is None:
+        return
+    import os
+    from pathlib import Path
+
+    p = Path(out).expanduser()
+    if p.is_dir():
+        raise _OutError(f"--out: {out!r} is a directory (give a .png file path)")
+    parent = p.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    target = p if p.exists() else parent
+    if not parent.is_dir() or not os.access(target, os.W_OK) or (not p.exists() and not os.access(parent, os.X_OK)):
+        raise _OutError(f"--out: cannot write {out!r} (permission denied or not a directory)")
+
+
 def _run_table(args) -> int:
     """``sweeps run`` of a ``kind: sigma_table`` config: the table builder (sweeps.tables)."""
     from .config import ConfigError
@@ -110,6 +145,8 @@ def _table_store_command(args) -> int:
 def main(argv=None) -> int:
     args = _build().parse_args(argv)
     from .config import ConfigError
+    from .execute import Terminated
+    from .preflight import ClusterError
     from .report import SelectionError
     from .store import StoreError
 
@@ -119,17 +156,27 @@ def main(argv=None) -> int:
                 return _bad("--workers: must be >= 1")
             if args.retries < 0:
                 return _bad("--retries: must be >= 0")
+            if args.max_cells is not None and args.max_cells < 1:
+                return _bad("--max-cells: must be >= 1")
+            if not args.worker_timeout > 0:
+                return _bad("--worker-timeout: must be > 0")
             from .config import config_kind, parse_config, read_config_data
 
             data = read_config_data(args.config)
             if config_kind(data) == "sigma_table":
                 return _run_table(args)
+            from .preflight import check_size, estimate_data
+
+            # before the grid is expanded or anything allocated: counted from the YAML as written
+            check_size(estimate_data(data, quick=args.quick), args.max_cells)
+            cfg = parse_config(data, source=args.config, quick=args.quick)
             from .execute import run_sweep
 
-            cfg = parse_config(data, source=args.config, quick=args.quick)
             rep = run_sweep(cfg, store=args.store, scheduler=args.scheduler,
                             workers=args.workers, restart=args.restart, retries=args.retries,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, max_cells=args.max_cells,
+                            worker_timeout=args.worker_timeout, allow_mismatch=args.allow_mismatch,
+                            takeover=args.takeover)
             if rep.submitted:
                 print(f"run {rep.run}: submitted {rep.submitted} blocks, {rep.ok} ok, {rep.failed} failed"
                       + (f", {rep.lost} lost" if rep.lost else "")
@@ -143,9 +190,10 @@ def main(argv=None) -> int:
             if is_table_store(args.store):
                 return _table_store_command(args)
         if args.cmd == "status":
+            from .lease import mark_abandoned
             from .report import status_summary, status_text
 
-            print(status_text(status_summary(args.store)))
+            print(status_text(mark_abandoned(args.store, status_summary(args.store))))
             return 0
         if args.cmd == "show":
             from .report import parse_sel, show_text
@@ -155,13 +203,21 @@ def main(argv=None) -> int:
         if args.cmd == "plot":
             from .report import parse_sel, plot_store
 
-            out = plot_store(args.store, parse_sel(args.sel), args.out)
+            sel = parse_sel(args.sel)
+            _check_out_file(args.out)
+            try:
+                out = plot_store(args.store, sel, args.out)
+            except OSError as e:
+                raise _OutError(f"--out: cannot write {args.out or 'the plot'!r}: {e.strerror or e}") from None
             print(f"wrote {out}")
             return 0
         if args.cmd == "report":
             from .campaign import write_report
 
-            out = write_report(args.store, args.out, command=args.command)
+            try:
+                out = write_report(args.store, args.out, command=args.command)
+            except OSError as e:
+                raise _OutError(f"--out: cannot write {args.out or 'the report'!r}: {e.strerror or e}") from None
             print(f"wrote {out}")
             return 0
         if args.cmd == "demo":
@@ -177,6 +233,14 @@ def main(argv=None) -> int:
             return demo_main(argv2)
     except (ConfigError, StoreError, SelectionError) as e:
         return _bad(str(e))
+    except ClusterError as e:
+        sys.stderr.write(f"sweeps: error: {e}\n")
+        return e.exit_code
+    except _OutError as e:
+        return _bad(str(e))
+    except Terminated:
+        sys.stderr.write("sweeps: terminated (SIGTERM; finished blocks are saved; run again to resume)\n")
+        return 143
     except BrokenPipeError:  # e.g. `sweeps show ... | head`
         import os
 

@@ -66,6 +66,8 @@ GENERATORS = ("geomspace", "linspace")
 #: options that change only timing and are left out of the fingerprint
 FINGERPRINT_EXCLUDED_OPTIONS = ("sleep",)
 CONFIG_FORMAT = 1
+#: largest accepted steps value (the store keeps steps as int64)
+MAX_STEPS = 10**18
 
 
 class ConfigError(ValueError):
@@ -187,6 +189,8 @@ def _steps(fld, v) -> int:
     x = _number(fld, v)
     if not x.is_integer() or x < 1:
         raise ConfigError(fld, f"steps must be an integer >= 1, got {v!r}")
+    if x > MAX_STEPS:
+        raise ConfigError(fld, f"steps must be <= {MAX_STEPS:.0e} (stored as int64), got {v!r}")
     return int(x)
 
 

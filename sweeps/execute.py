@@ -16,19 +16,28 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .config import SweepConfig, check_store_writable, load_config
+from .lease import HEARTBEAT, STALE_AFTER, Lease
 from .plan import DIMS, make_plan
-from .store import (STATUS_DONE, STATUS_OK, BlockWriter, block_states, check_store, now_iso, prepare_store,
-                    read_attrs, read_status, update_attrs)
+from .preflight import (DEFAULT_WORKER_TIMEOUT, MAX_INFLIGHT, ClusterError, check_size, check_workers,
+                        estimate_config, n_workers, summarize_workers)
+from .provenance import code_changes, environment
+from .store import (STATUS_DONE, STATUS_OK, BlockWriter, StoreError, block_states, check_store, now_iso,
+                    prepare_store, read_attrs, read_status, update_attrs)
 
-__all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress"]
+__all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress", "Terminated", "dashboard_link",
+           "slurm_job_script"]
 
 
 @dataclass
@@ -114,13 +123,32 @@ def _worker_environ() -> dict:
     return env
 
 
-def make_client(scheduler: str | None = None, workers: int | None = None, max_needed: int | None = None):
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def dashboard_link(client, cluster=None) -> str | None:
+    """The dashboard URL of the cluster behind ``client``, None when it has none."""
+    try:
+        if cluster is not None:  # the embedded cluster's HTTP server serves the dashboard with bokeh only
+            return cluster.dashboard_link if _has_bokeh() else None
+        services = client.scheduler_info(n_workers=0).get("services", {})
+        return client.dashboard_link if "dashboard" in services else None
+    except Exception:
+        return None
+
+
+def make_client(scheduler: str | None = None, workers: int | None = None, max_needed: int | None = None,
+                connect_timeout: float | None = None):
     """Return ``(client, cluster_or_None, description)``; the caller closes what it got.
 
     ``scheduler`` (an address) or the Dask config ``scheduler-address`` (also
     set by ``DASK_SCHEDULER_ADDRESS``) connect to an existing cluster;
     otherwise an embedded LocalCluster with ``workers`` single-threaded
-    worker processes (default: one per core, at most ``max_needed``).
+    worker processes (default: one per core, at most ``max_needed``), its HTTP
+    server (the dashboard, when bokeh is installed) on a free loopback port.
     """
     import dask
     from distributed import Client, LocalCluster
@@ -130,7 +158,7 @@ def make_client(scheduler: str | None = None, workers: int | None = None, max_ne
         if workers:
             warnings.warn("--workers is ignored with an existing scheduler", stacklevel=2)
         try:
-            client = Client(address)
+            client = Client(address, timeout=connect_timeout) if connect_timeout else Client(address)
         except (OSError, ValueError) as e:  # includes TimeoutError
             from .config import ConfigError
 
@@ -141,7 +169,7 @@ def make_client(scheduler: str | None = None, workers: int | None = None, max_ne
         n = max(1, min(n, max_needed))
     with dask.config.set({"distributed.nanny.pre-spawn-environ": _worker_environ()}):
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+                               dashboard_address="127.0.0.1:0")  # loopback, a free port
     client = cluster.get_client()
     return client, cluster, f"embedded LocalCluster ({n} worker process{'es' if n != 1 else ''})"
 
@@ -164,58 +192,138 @@ def slurm_cluster(jobs: int = 1, **kwargs):
     return cluster
 
 
+def slurm_job_script(scheduler: str, **kwargs) -> str:
+    """The ``sbatch`` script of one dask-jobqueue worker job for ``scheduler`` (needs the ``cluster``
+    extra); starts no cluster.  Same keyword arguments and defaults as :func:`slurm_cluster`,
+    e.g. ``job_script_prologue=["source /shared/pldlib/.venv/bin/activate"]`` so that the
+    workers run the driver's environment (same pldlib, same sweeps; checked before submitting).
+    Submit it with ``sbatch``, then ``sweeps run CONFIG --scheduler ADDRESS``."""
+    try:
+        from dask_jobqueue.slurm import SLURMJob
+    except ImportError as e:
+        raise RuntimeError("dask-jobqueue is not installed: pip install 'pldlib[cluster]'") from e
+    opts = {"cores": 4, "processes": 4, "memory": "16GB", "walltime": "02:00:00", "name": "sweeps-worker",
+            "job_name": "sweeps-worker"}
+    opts.update(kwargs)
+    return SLURMJob(scheduler=scheduler, **opts).job_script()
+
+
 def _lost_result(block, exc: BaseException | None, what: str) -> dict:
     return {"index": block.number, "eps_lower": None, "eps_upper": None, "failed": None,
             "error": what if exc is None else f"{what}: {type(exc).__name__}: {exc}",
             "seconds": None, "host": "", "finished_at": time.time()}
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what SLURM and Kubernetes send) arrived: handled like Ctrl-C."""
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """In the main thread: SIGTERM raises :class:`Terminated` (a KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_sweep(config: SweepConfig | str | os.PathLike, *, store: str | None = None, client=None,
               scheduler: str | None = None, workers: int | None = None, restart: bool = False,
-              retries: int = 2, progress: bool = True, stream=None, on_result=None) -> RunReport:
+              retries: int = 2, progress: bool = True, stream=None, on_result=None,
+              max_cells: int | None = None, worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
+              allow_mismatch: bool = False, takeover: bool = False, lease_interval: float = HEARTBEAT,
+              lease_stale_after: float = STALE_AFTER, max_inflight: int | None = None) -> RunReport:
     """Run (or resume) a sweep; returns a :class:`RunReport`.
 
     Raises :class:`sweeps.config.ConfigError` / :class:`sweeps.store.StoreError`
-    on bad input, before anything is written.  ``on_result(block, result,
-    report)`` is called after each block is written (tests use it).
+    (also :class:`sweeps.lease.LeaseHeld`: another live driver holds the
+    store) / :class:`sweeps.preflight.ClusterError` (no workers within
+    ``worker_timeout`` s, workers that cannot import the code or run other
+    code) on bad input, before anything is written.  While running, no worker
+    for ``worker_timeout`` s and no progress is a ClusterError (exit code 1;
+    the run is recorded as ``stalled``).  SIGTERM is handled like Ctrl-C
+    (:class:`Terminated`; the run is recorded as ``interrupted``).
+    ``on_result(block, result, report)`` is called after each block is
+    written (tests use it).
     """
+    with _sigterm_as_interrupt():
+        return _run_sweep(config, store=store, client=client, scheduler=scheduler, workers=workers,
+                          restart=restart, retries=retries, progress=progress, stream=stream,
+                          on_result=on_result, max_cells=max_cells, worker_timeout=worker_timeout,
+                          allow_mismatch=allow_mismatch, takeover=takeover, lease_interval=lease_interval,
+                          lease_stale_after=lease_stale_after, max_inflight=max_inflight)
+
+
+def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, progress, stream,
+               on_result, max_cells, worker_timeout, allow_mismatch, takeover, lease_interval,
+               lease_stale_after, max_inflight) -> RunReport:
     stream = stream if stream is not None else sys.stderr
     t_start = time.monotonic()
     cfg = load_config(config) if not isinstance(config, SweepConfig) else config
     cfg = cfg.with_store(store)
+    check_size(estimate_config(cfg), max_cells)
     path = cfg.store
     check_store_writable(path)
     plan = make_plan(cfg)
     planned = check_store(path, plan, restart=restart)  # raises before anything is written
     status = read_status(path) if planned == "resume" else None  # cell status before this run
     states = block_states(plan, status) if status is not None else np.zeros(len(plan.blocks), np.int8)
-    todo = [b for b in plan.blocks if states[b.number] != STATUS_OK]
+    n_todo = int((states != STATUS_OK).sum())
     report = RunReport(store=path, action=planned, n_blocks=len(plan.blocks),
-                       already_done=len(plan.blocks) - len(todo))
+                       already_done=len(plan.blocks) - n_todo)
 
     def say(msg):
         stream.write(f"sweeps: {msg}\n")
         stream.flush()
 
-    if not todo:
+    if not n_todo:
         report.action = "resumed"
         say(f"{cfg.name}: all {len(plan.blocks)} blocks of {path} are done")
         report.wall_seconds = time.monotonic() - t_start
         return report
+    lease = Lease(path, interval=lease_interval, stale_after=lease_stale_after)
     own_client = client is None
     cluster = None
-    if own_client:  # connect first: a bad --scheduler leaves no trace in the store
-        client, cluster, where = make_client(scheduler, workers, max_needed=len(todo))
-    else:
-        where = f"client {client.scheduler.address}"
     try:
+        if planned != "create":  # the store exists: take it before connecting (a second driver
+            lease.acquire(takeover=takeover, say=say)  # refuses at once) and before any change
+        if own_client:  # connect first: a bad --scheduler leaves no trace in the store
+            client, cluster, where = make_client(scheduler, workers, max_needed=n_todo)
+        else:
+            where = f"client {client.scheduler.address}"
+        link = dashboard_link(client, cluster)
+        if link:
+            say(f"dashboard: {link}")
+        elif cluster is not None:
+            say("dashboard: none (pip install bokeh for the Dask dashboard)")
+        else:
+            say(f"dashboard: the scheduler {where.split()[-1]} serves none")
+        driver_env = environment()
+        worker_envs = check_workers(client, where, driver_env, timeout=worker_timeout,
+                                    allow_mismatch=allow_mismatch, say=say)
         report.action = prepare_store(path, plan, restart=restart, action=planned)
+        if planned == "create":
+            lease.acquire(takeover=takeover, say=say)
+        elif planned == "restart":
+            lease.rewrite()  # the restart deleted the old store and its lease file
         say(f"{cfg.name}: {len(plan.blocks)} blocks x {plan.cells_per_block} cells, store {path} "
-            f"({report.action}); {report.already_done} done, {len(todo)} to compute")
-        _submit_and_write(client, where, plan, todo, status, report, retries=retries, say=say,
-                          bar=Progress(len(todo), stream=stream, enabled=progress), on_result=on_result)
+            f"({report.action}); {report.already_done} done, {n_todo} to compute")
+        todo = (b for b in plan.blocks if states[b.number] != STATUS_OK)  # lazy: one Block at a time
+        _submit_and_write(client, where, plan, todo, n_todo, status, report, retries=retries, say=say,
+                          bar=Progress(n_todo, stream=stream, enabled=progress), on_result=on_result,
+                          lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
+                          worker_timeout=worker_timeout, max_inflight=max_inflight)
     finally:
-        if own_client:
+        lease.release()
+        if own_client and client is not None:
             client.close()
             if cluster is not None:
                 cluster.close()
@@ -226,74 +334,147 @@ def run_sweep(config: SweepConfig | str | os.PathLike, *, store: str | None = No
     return report
 
 
-def _submit_and_write(client, where, plan, todo, status, report, *, retries, say, bar, on_result):
-    """Submit ``todo``, write each result as it arrives, keep the run record in the attrs."""
-    from distributed import CancelledError, as_completed
+def _inflight_limit(client, max_inflight):
+    if max_inflight:
+        return int(max_inflight)
+    try:
+        threads = sum(client.nthreads().values())
+    except Exception:
+        threads = 1
+    return max(16, min(MAX_INFLIGHT, 4 * threads))
 
-    import pldlib
+
+def _previous_env(runs: list) -> tuple[int, dict] | None:
+    for r in reversed(runs):
+        d = (r.get("provenance") or {}).get("driver")
+        if d:
+            return r["run"], d
+    return None
+
+
+def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retries, say, bar, on_result,
+                      lease, env, worker_timeout, max_inflight):
+    """Submit ``todo`` (an iterator) keeping at most a bounded number of blocks in flight, write
+    each result as it arrives, keep the run record in the attrs."""
+    from distributed import CancelledError, as_completed
 
     from .peers import run_block  # sweeps.methods.run_block + estimates and unsupported cells
 
     path = plan.config.store
     attrs = read_attrs(path)
     runs = json.loads(attrs.get("runs", "[]"))
+    for r in runs:  # we hold the lease: a run still "running" lost its driver
+        if r.get("state") == "running":
+            r["state"] = "abandoned"
     report.run = len(runs) + 1
+    lease.set_run(report.run)
+    driver = env["driver"]
     record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
-              "submitted": len(todo), "ok": 0, "failed": 0, "lost": 0, "where": where,
-              "pldlib_version": pldlib.__version__}
-    if attrs.get("pldlib_version") != pldlib.__version__:
-        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {pldlib.__version__}")
-    update_attrs(path, runs=json.dumps(runs + [record]), started=attrs.get("started") or record["started"])
-    say(f"run {report.run}: submitting {len(todo)} blocks to {where}")
+              "submitted": n_todo, "ok": 0, "failed": 0, "lost": 0, "where": where,
+              "pldlib_version": driver["pldlib"],
+              "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+              "provenance": env}
+    prev = _previous_env(runs)
+    if prev is not None:
+        changes = code_changes(prev[1], driver)
+        if changes:
+            say(f"warning: the code differs from run {prev[0]} of this store: " + "; ".join(changes))
+    elif attrs.get("pldlib_version") not in (None, driver["pldlib"]):
+        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {driver['pldlib']}")
+    update_attrs(path, runs=json.dumps(runs + [record]), started=attrs.get("started") or record["started"],
+                 provenance=json.dumps(env))
+    say(f"run {report.run}: submitting {n_todo} blocks to {where}")
     writer = BlockWriter(path, plan)
     S, D = len(plan.coords["steps"]), len(plan.coords["delta"])
     futures = {}
-    try:
-        for rank, b in enumerate(todo):
+    limit = _inflight_limit(client, max_inflight)
+    ac = as_completed()
+    rank = 0
+
+    def fill():
+        nonlocal rank
+        while len(futures) < limit:
+            b = next(todo, None)
+            if b is None:
+                return
             fut = client.submit(run_block, plan.spec(b), key=f"sweeps-block-{b.number}-{os.urandom(4).hex()}",
-                                pure=False, retries=retries, priority=len(todo) - rank)
+                                pure=False, retries=retries, priority=n_todo - rank)
+            rank += 1
             futures[fut] = b
             report.submitted_blocks.append(b.number)
-        report.submitted = len(todo)
-        ac = as_completed(list(futures))
-        for fut in ac:
-            b = futures[fut]
-            if fut.status in ("pending", "lost"):
-                # its result died with a worker before we fetched it: Dask recomputes it
-                ac.add(fut)
+            report.submitted += 1
+            ac.add(fut)
+
+    last_progress = time.monotonic()
+    no_workers_since = None
+    next_check = 0.0
+    try:
+        fill()
+        while futures:
+            batch = ac.next_batch(block=False) if not ac.is_empty() else []
+            if not batch:
+                now = time.monotonic()
+                if lease.lost:
+                    raise StoreError(lease.lost + "; this driver stops (its finished blocks are saved)")
+                if now >= next_check:
+                    next_check = now + 1.0
+                    try:
+                        nw = n_workers(client)
+                    except Exception:
+                        nw = 0
+                    if nw:
+                        no_workers_since = None
+                    else:
+                        no_workers_since = no_workers_since or now
+                        if now - no_workers_since > worker_timeout and now - last_progress > worker_timeout:
+                            record["state"] = "stalled"
+                            raise ClusterError(f"no workers on {where} and no progress for {worker_timeout:.0f} s "
+                                               f"(--worker-timeout); {len(futures)} blocks in flight, "
+                                               f"{n_todo - report.ok - report.failed - report.lost} unfinished "
+                                               "(finished blocks are saved; run again to resume)", exit_code=1)
+                time.sleep(0.01)
                 continue
-            futures.pop(fut)
-            try:
-                result = fut.result()
-            except CancelledError:  # cancelled or lost with the cluster: leave it missing
-                report.lost += 1
-                bar.update(failed=True)
-                continue
-            except Exception as exc:
-                if type(exc).__name__ == "KilledWorker":
-                    what = "the worker process died every time this block ran"
-                else:
-                    what = f"transient error persisted after {retries} retries"
-                result = _lost_result(b, exc, what)
-            finally:
-                fut.release()
-            if result.get("eps_upper") is None:
-                result.update(eps_lower=np.full((S, D), np.nan), eps_upper=np.full((S, D), np.nan),
-                              failed=np.ones((S, D), bool))
-            keep = None
-            if status is not None:  # cells that were ok before this run stay ok
-                reg = plan.region(b)
-                keep = (status[tuple(reg[d] for d in DIMS)] == STATUS_OK).reshape(S, D)
-            cells = writer.write(b, result, report.run, keep_ok=keep)
-            bad = bool((~np.isin(cells, STATUS_DONE)).any())  # unsupported cells are final answers
-            report.failed += bad
-            report.ok += not bad
-            bar.update(failed=bad)
-            if on_result is not None:
-                on_result(b, result, report)
+            for fut in batch:
+                b = futures[fut]
+                if fut.status in ("pending", "lost"):
+                    # its result died with a worker before we fetched it: Dask recomputes it
+                    ac.add(fut)
+                    continue
+                futures.pop(fut)
+                last_progress = time.monotonic()
+                try:
+                    result = fut.result()
+                except CancelledError:  # cancelled or lost with the cluster: leave it missing
+                    report.lost += 1
+                    bar.update(failed=True)
+                    continue
+                except Exception as exc:
+                    if type(exc).__name__ == "KilledWorker":
+                        what = "the worker process died every time this block ran"
+                    else:
+                        what = f"transient error persisted after {retries} retries"
+                    result = _lost_result(b, exc, what)
+                finally:
+                    fut.release()
+                if result.get("eps_upper") is None:
+                    result.update(eps_lower=np.full((S, D), np.nan), eps_upper=np.full((S, D), np.nan),
+                                  failed=np.ones((S, D), bool))
+                keep = None
+                if status is not None:  # cells that were ok before this run stay ok
+                    reg = plan.region(b)
+                    keep = (status[tuple(reg[d] for d in DIMS)] == STATUS_OK).reshape(S, D)
+                cells = writer.write(b, result, report.run, keep_ok=keep)
+                bad = bool((~np.isin(cells, STATUS_DONE)).any())  # unsupported cells are final answers
+                report.failed += bad
+                report.ok += not bad
+                bar.update(failed=bad)
+                if on_result is not None:
+                    on_result(b, result, report)
+            fill()
         record["state"] = "finished"
     except BaseException:
-        record["state"] = "interrupted"
+        if record["state"] == "running":
+            record["state"] = "interrupted"
         raise
     finally:
         for fut in futures:

@@ -10,8 +10,10 @@ each block writes exactly one chunk of every variable: one writer per chunk.
 """
 from __future__ import annotations
 
-import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from .config import SweepConfig
 
@@ -43,7 +45,7 @@ class Block:
 class Plan:
     config: SweepConfig
     coords: dict          # dim -> tuple of values, for every dim in DIMS
-    blocks: tuple         # of Block, heaviest first
+    blocks: Sequence      # of Block, heaviest first (lazy: a Block is made when asked for)
 
     @property
     def shape(self) -> dict:
@@ -80,20 +82,59 @@ class Plan:
         }
 
 
-def _cost(block: Block) -> float:
+def _cost(sigma: float) -> float:
     # rough work estimate for ordering: eps (and so the PLD grid) grows as sigma shrinks
-    return 1.0 / block.params["sigma"] ** 2
+    return 1.0 / sigma ** 2
+
+
+class BlockSeq(Sequence):
+    """The plan's blocks, heaviest first, made on demand (a plan of 10^6 blocks holds
+    no 10^6 objects).  Order: sigma by decreasing cost (stable), then the other block
+    dims in grid order -- the same order as sorting the grid-order blocks by cost."""
+
+    def __init__(self, coords: dict, mechanism: str):
+        self.coords = coords
+        self.mechanism = mechanism
+        self.sizes = tuple(len(coords[d]) for d in BLOCK_DIMS)
+        sig = coords["sigma"]
+        self.sigma_order = tuple(sorted(range(len(sig)), key=lambda i: -_cost(sig[i])))
+        self.rest = int(np.prod(self.sizes[1:], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.sigma_order) * self.rest
+
+    def index_of(self, n: int) -> tuple:
+        rank, r = divmod(n, self.rest)
+        idx = [self.sigma_order[rank]]
+        for size in reversed(self.sizes[1:]):
+            r, i = divmod(r, size)
+            idx.insert(1, i)
+        return tuple(idx)
+
+    def __getitem__(self, n):
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        if n < 0:
+            n += len(self)
+        if not 0 <= n < len(self):
+            raise IndexError(n)
+        idx = self.index_of(n)
+        params = {d: self.coords[d][i] for d, i in zip(BLOCK_DIMS, idx)}
+        params["mechanism"] = self.mechanism
+        return Block(n, idx, params)
+
+    def __iter__(self):
+        for n in range(len(self)):
+            yield self[n]
+
+    def numbers_by_index(self) -> np.ndarray:
+        """Block number of every grid position (array shaped like the BLOCK_DIMS sizes)."""
+        rank = np.empty(len(self.sigma_order), dtype=np.int64)
+        rank[list(self.sigma_order)] = np.arange(len(self.sigma_order))
+        rest = np.arange(self.rest, dtype=np.int64).reshape(self.sizes[1:])
+        return rank.reshape(-1, *([1] * (len(self.sizes) - 1))) * self.rest + rest[None]
 
 
 def make_plan(config: SweepConfig) -> Plan:
     coords = {d: tuple(config.axis(d)) for d in DIMS}
-    blocks = []
-    ranges = [range(len(coords[d])) for d in BLOCK_DIMS]
-    for idx in itertools.product(*ranges):
-        params = {d: coords[d][i] for d, i in zip(BLOCK_DIMS, idx)}
-        params["mechanism"] = config.mechanism
-        blocks.append((idx, params))
-    # heaviest first so long blocks do not start last (stable: grid order otherwise)
-    order = sorted(range(len(blocks)), key=lambda i: -_cost(Block(0, *blocks[i])))
-    out = tuple(Block(n, *blocks[i]) for n, i in enumerate(order))
-    return Plan(config=config, coords=coords, blocks=out)
+    return Plan(config=config, coords=coords, blocks=BlockSeq(coords, config.mechanism))

@@ -87,6 +87,8 @@ def _quiet():
     # zarr warns that consolidated metadata is not in the v3 spec on every write
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        # the driver's lease file (sweeps.lease) lives in the store while a run holds it
+        warnings.filterwarnings("ignore", message=".*sweeps.lease.json.*")
         yield
 
 
@@ -95,9 +97,19 @@ def _is_local(path: str) -> bool:
 
 
 def _fs(path: str):
+    """``(filesystem, path)``; a URL whose filesystem package is missing (``s3://`` without
+    s3fs) or that fsspec cannot open is a one-line :class:`StoreError`."""
     import fsspec
 
-    return fsspec.core.url_to_fs(path)
+    try:
+        return fsspec.core.url_to_fs(path)
+    except ImportError as e:
+        missing = getattr(e, "name", None)
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise StoreError(f"cannot open {path!r}: {msg}"
+                         + (f" (missing package {missing!r})" if missing and missing not in msg else "")) from None
+    except (ValueError, KeyError) as e:
+        raise StoreError(f"cannot open {path!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
 
 
 def store_exists(path: str) -> bool:
@@ -121,6 +133,8 @@ def open_dataset(path: str):
     """The sweep as an xarray Dataset (NumPy-backed)."""
     import xarray as xr
 
+    if not _is_local(path):
+        _fs(path)  # a URL whose filesystem package is missing: say which
     if read_attrs(path) is None:
         raise StoreError(f"{path!r} is not a zarr store (nothing there, or not readable)")
     with _quiet():
@@ -131,10 +145,13 @@ def _template(plan: Plan, attrs: dict):
     import dask.array as da
     import xarray as xr
 
+    # one dask chunk per variable (the data is never computed: to_zarr(compute=False) writes
+    # metadata only), so the template costs the same for 10 blocks and for 10^6; the zarr
+    # chunks (one per block) come from the encoding (see create_skeleton)
     shape = tuple(plan.shape[d] for d in DIMS)
-    chunks = tuple(plan.chunks[d] for d in DIMS)
+    chunks = shape
     bshape = tuple(plan.shape[d] for d in BLOCK_DIMS)
-    bchunks = (1,) * len(BLOCK_DIMS)
+    bchunks = bshape
     coords = {}
     for d in DIMS:
         vals = plan.coords[d]
@@ -183,14 +200,14 @@ def create_skeleton(path: str, plan: Plan) -> None:
     driver killed while creating leaves no half-made store at ``path``.
     """
     cfg = plan.config
-    import pldlib
+    from .provenance import package_version
 
     attrs = {
         "title": f"sweeps: {cfg.name}",
         "sweeps_format": STORE_FORMAT,
         "sweeps_config": cfg.to_yaml(),
         "sweeps_fingerprint": cfg.fingerprint(),
-        "pldlib_version": pldlib.__version__,
+        "pldlib_version": package_version(),
         "mechanism": cfg.mechanism,
         "status_codes": STATUS_CODES,
         "created": now_iso(),
@@ -203,20 +220,27 @@ def create_skeleton(path: str, plan: Plan) -> None:
         "cells_per_block": plan.cells_per_block,
     }
     ds = _template(plan, attrs)
+    zchunks = tuple(plan.chunks[d] for d in DIMS)
+    encoding = {v: {"chunks": zchunks if v in CELL_VARS else (1,) * len(BLOCK_DIMS)}
+                for v in CELL_VARS + BLOCK_VARS}
     if _is_local(path):
         final = Path(path.removeprefix("file://"))
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".{final.name}.creating-{uuid.uuid4().hex[:8]}"
         try:
             with _quiet():
-                ds.to_zarr(str(tmp), compute=False, mode="w-")
-            os.rename(tmp, final)  # fails if final exists (not empty): never clobber
+                ds.to_zarr(str(tmp), compute=False, mode="w-", encoding=encoding)
+            try:
+                os.rename(tmp, final)  # fails if final exists (not empty): never clobber
+            except OSError as e:
+                raise StoreError(f"cannot create {path!r}: {e.strerror or e} (another driver may have "
+                                 "created it just now)") from None
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     else:
         with _quiet():
-            ds.to_zarr(path, compute=False, mode="w-")
+            ds.to_zarr(path, compute=False, mode="w-", encoding=encoding)
 
 
 def check_store(path: str, plan: Plan, restart: bool = False) -> str:
@@ -286,17 +310,18 @@ def read_status(path: str) -> np.ndarray:
 
 def block_states(plan: Plan, status: np.ndarray) -> np.ndarray:
     """Per block (in plan order): 0 missing (no cell written), 1 done (every cell ok or
-    unsupported: final answers), 2 failed/partial."""
-    out = np.zeros(len(plan.blocks), dtype=np.int8)
-    for b in plan.blocks:
-        reg = plan.region(b)
-        s = status[tuple(reg[d] for d in DIMS)]
-        if np.isin(s, STATUS_DONE).all():
-            out[b.number] = STATUS_OK
-        elif (s == STATUS_MISSING).all():
-            out[b.number] = STATUS_MISSING
-        else:
-            out[b.number] = STATUS_FAILED
+    unsupported: final answers), 2 failed/partial.  Vectorised: no Block objects are made."""
+    cell_axes = tuple(DIMS.index(d) for d in DIMS if d not in BLOCK_DIMS)
+    done = np.isin(status, STATUS_DONE).all(axis=cell_axes)       # dims: DIMS without steps, delta
+    missing = (status == STATUS_MISSING).all(axis=cell_axes)
+    rest = [d for d in DIMS if d in BLOCK_DIMS]
+    perm = [rest.index(d) for d in BLOCK_DIMS]
+    by_index = np.full(done.shape, STATUS_FAILED, dtype=np.int8)
+    by_index[missing] = STATUS_MISSING
+    by_index[done] = STATUS_OK
+    by_index = by_index.transpose(perm)                            # dims: BLOCK_DIMS
+    out = np.empty(len(plan.blocks), dtype=np.int8)
+    out[plan.blocks.numbers_by_index().ravel()] = by_index.ravel()
     return out
 
 

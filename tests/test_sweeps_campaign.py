@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from distributed import LocalCluster
 
 from sweeps.campaign import MATCH_RTOL, _matched, _sigma_for
 from sweeps.cli import main
@@ -37,7 +36,7 @@ def test_campaign_configs_and_their_quick_variants_are_valid():
 
 
 @pytest.fixture(scope="module")
-def quick_store(tmp_path_factory):
+def quick_store(tmp_path_factory, embedded_client):
     """The quick DP-SGD campaign with two of our methods (pld, clt) and, if installed, dp_accounting."""
     d = tmp_path_factory.mktemp("campaign")
     data = yaml.safe_load((ROOT / "configs" / "campaign_dpsgd.yaml").read_text())
@@ -51,9 +50,7 @@ def quick_store(tmp_path_factory):
     data["quick"]["methods"] = methods
     cfg = parse_config(data, source=str(ROOT / "configs" / "campaign_dpsgd.yaml"), quick=True)
     cfg = cfg.with_store(str(d / "quick.zarr"))
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c, \
-            c.get_client() as client:
-        rep = run_sweep(cfg, client=client, progress=False, stream=io.StringIO())
+    rep = run_sweep(cfg, client=embedded_client, progress=False, stream=io.StringIO())
     assert rep.complete
     out = d / "report"
     assert main(["report", str(d / "quick.zarr"), "--out", str(out), "--command", "sweeps run X --quick"]) == 0
@@ -211,14 +208,12 @@ def test_matched_counts_ties_within_the_relative_tolerance():
 
 
 # -- the WOR and dots campaigns' --quick variants, run end to end ----------------------------
-def _run_quick(name: str, d: Path) -> tuple[str, Path]:
+def _run_quick(name: str, d: Path, client) -> tuple[str, Path]:
     """Run configs/<name>.yaml --quick into d/quick.zarr on an in-process cluster and report it into d/report."""
     src = ROOT / "configs" / f"{name}.yaml"
     cfg = parse_config(yaml.safe_load(src.read_text()), source=str(src), quick=True)
     cfg = cfg.with_store(str(d / "quick.zarr"))
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c, \
-            c.get_client() as client:
-        rep = run_sweep(cfg, client=client, progress=False, stream=io.StringIO())
+    rep = run_sweep(cfg, client=client, progress=False, stream=io.StringIO())
     assert rep.complete
     out = d / "report"
     assert main(["report", str(d / "quick.zarr"), "--out", str(out)]) == 0
@@ -255,9 +250,9 @@ def _md_section_table(md: str, heading: str, first_col: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def wor_quick(tmp_path_factory):
+def wor_quick(tmp_path_factory, embedded_client):
     """configs/campaign_wor.yaml --quick (pld only: 3 sigmas x poisson/wor x add_remove/substitution)."""
-    return _run_quick("campaign_wor", tmp_path_factory.mktemp("wor"))
+    return _run_quick("campaign_wor", tmp_path_factory.mktemp("wor"), embedded_client)
 
 
 def test_wor_quick_report_has_the_sampling_section(wor_quick):
@@ -332,10 +327,10 @@ def test_wor_quick_sigma_ratios_match_the_store(wor_quick):
     assert all(1.0 < r < 2.0 for r in ratios["substitution"])
 
 
-def test_dots_quick_report_matches_ties_with_the_peer(tmp_path):
+def test_dots_quick_report_matches_ties_with_the_peer(tmp_path, embedded_client):
     """configs/campaign_dots.yaml --quick: pld_h1 vs dp_accounting_h1 at equal h; the excess tie is matched."""
     pytest.importorskip("dp_accounting")
-    store, out = _run_quick("campaign_dots", tmp_path)
+    store, out = _run_quick("campaign_dots", tmp_path, embedded_client)
     ds = xr.open_zarr(store, chunks=None).transpose(*DIMS)
     md = (out / "REPORT.md").read_text()
     assert "## Tightness and cost, side by side" in md and "1 + 1e-4" in md

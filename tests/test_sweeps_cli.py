@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
-from distributed import LocalCluster
 
 from sweeps.cli import main
 from sweeps.config import parse_config
@@ -18,14 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def made(tmp_path_factory, embedded_client):
     """A finished test_small store and its config file."""
     d = tmp_path_factory.mktemp("cli")
     store = d / "s.zarr"
     cfg_path = write_config(d / "small.yaml", small_config(store))
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c, \
-            c.get_client() as client:
-        run_sweep(cfg_path, client=client, progress=False, stream=io.StringIO())
+    run_sweep(cfg_path, client=embedded_client, progress=False, stream=io.StringIO())
     return cfg_path, str(store)
 
 
@@ -149,12 +146,11 @@ def test_status_show_plot(made, tmp_path, capsys):
         one_error_line(capsys.readouterr().err, words)
 
 
-def test_run_with_failed_blocks_exits_1(tmp_path, capsys):
+def test_run_with_failed_blocks_exits_1(tmp_path, capsys, embedded_cluster):
     d = small_config(tmp_path / "f.zarr", sigma=[2.0], relation=["add_remove"], steps=[1])
     d["options"]["pld"]["fail"] = True
     path = write_config(tmp_path / "f.yaml", d)
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
-        rc = main(["run", path, "--scheduler", c.scheduler_address, "--no-progress"])
+    rc = main(["run", path, "--scheduler", embedded_cluster.scheduler_address, "--no-progress"])
     out, err = capsys.readouterr()
     assert rc == 1 and "submitted 1 blocks, 0 ok, 1 failed" in out
     assert main(["status", str(tmp_path / "f.zarr")]) == 0

@@ -11,11 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import dask
 import numpy as np
 import pytest
 import xarray as xr
-from distributed import LocalCluster
 
 from sweeps.config import load_config, parse_config
 from sweeps.execute import run_sweep
@@ -33,18 +31,23 @@ def eight_blocks(store, **pld_options):
 
 
 @pytest.fixture(scope="module")
-def pcluster():
-    # allowed-failures 1: a block whose worker dies twice is KilledWorker (default 3: slower test);
-    # worker-saturation 1.0: a single-threaded worker holds one task, so a crash hits no bystander
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1,
-                          "distributed.scheduler.worker-saturation": 1.0}):
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-            yield c
+def pcluster(tmp_path_factory):
+    """A real external cluster (tests/conftest.py): scheduler + 2 worker processes.
+
+    allowed-failures 1: a block whose worker dies twice is KilledWorker (default 3: slower test);
+    worker-saturation 1.0: a single-threaded worker holds one task, so a crash hits no bystander."""
+    from conftest import ExternalCluster
+
+    c = ExternalCluster(tmp_path_factory.mktemp("pcluster"), n_workers=2,
+                        scheduler_env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": 1,
+                                       "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": 1.0})
+    yield c
+    c.close()
 
 
 @pytest.fixture(scope="module")
 def pclient(pcluster):
-    with pcluster.get_client() as cl:
+    with pcluster.client() as cl:
         yield cl
 
 
@@ -124,8 +127,10 @@ def test_driver_killed_then_resumed(pclient, tmp_path, reference):
     cfg_path = write_config(tmp_path / "d.yaml", eight_blocks(store, sleep=0.5))
     plan = make_plan(load_config(cfg_path))
     log = open(tmp_path / "driver.log", "w")
+    from conftest import checkout_env
+
     proc = subprocess.Popen([sys.executable, "-m", "sweeps", "run", cfg_path, "--workers", "2", "--no-progress"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            cwd=ROOT, env=checkout_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and proc.poll() is None:
@@ -167,4 +172,5 @@ def test_driver_killed_then_resumed(pclient, tmp_path, reference):
     import json
 
     recs = json.loads(ds.attrs["runs"])
-    assert [r["state"] for r in recs] == ["running", "finished"]  # run 1 never got to record its end
+    # run 1 never got to record its end; run 2 took its stale lease and marked it abandoned
+    assert [r["state"] for r in recs] == ["abandoned", "finished"]

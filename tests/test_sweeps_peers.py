@@ -4,7 +4,6 @@ import io
 
 import numpy as np
 import pytest
-from distributed import LocalCluster
 
 import pldlib
 from sweeps.cli import main
@@ -28,10 +27,8 @@ def cfg(store, **changes):
 
 
 @pytest.fixture(scope="module")
-def client():
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c, \
-            c.get_client() as cl:
-        yield cl
+def client(embedded_client):  # tests/conftest.py: the shared in-process cluster
+    return embedded_client
 
 
 def run(client, data):

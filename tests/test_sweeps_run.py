@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
-from distributed import LocalCluster
 
 from sweeps import methods
 from sweeps.config import parse_config
@@ -23,15 +22,13 @@ def quiet():
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
-        yield c
+def cluster(embedded_cluster):  # tests/conftest.py: the shared in-process cluster
+    return embedded_cluster
 
 
 @pytest.fixture(scope="module")
-def client(cluster):
-    with cluster.get_client() as cl:
-        yield cl
+def client(embedded_client):
+    return embedded_client
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +109,9 @@ def test_store_layout_and_attrs(small_run):
     a = ds.attrs
     assert a["sweeps_fingerprint"] == cfg.fingerprint()
     assert yaml.safe_load(a["sweeps_config"])["grid"]["steps"] == [1, 10, 100]
-    import pldlib
+    from sweeps.provenance import package_version
 
-    assert a["pldlib_version"] == pldlib.__version__
+    assert a["pldlib_version"] == package_version()
     assert a["created"] and a["started"] and a["finished"] and a["complete"] is True
     assert json.loads(a["machine"])["cores"] >= 1
     assert "0 = missing" in a["status_codes"] and "2 = failed" in a["status_codes"]
