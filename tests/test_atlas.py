@@ -21,10 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def atlas_path(tmp_path_factory):
-    """configs/atlas_test.yaml run by the sweep on an in-process cluster, then exported."""
-    from distributed import LocalCluster
-
+def atlas_path(tmp_path_factory, embedded_client):
+    """configs/atlas_test.yaml run by the sweep on the shared in-process cluster, then exported."""
     from sweeps.atlas import export
     from sweeps.config import parse_config
     from sweeps.execute import run_sweep
@@ -32,9 +30,7 @@ def atlas_path(tmp_path_factory):
     d = tmp_path_factory.mktemp("atlas")
     data = yaml.safe_load((ROOT / "configs" / "atlas_test.yaml").read_text())
     data["store"] = str(d / "a.zarr")
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
-        with c.get_client() as client:
-            run_sweep(parse_config(data), client=client, progress=False, stream=io.StringIO())
+    run_sweep(parse_config(data), client=embedded_client, progress=False, stream=io.StringIO())
     out = d / "a.npz"
     export(str(d / "a.zarr"), str(out))
     return out

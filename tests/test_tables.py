@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from distributed import LocalCluster
 
 import pldlib
 from pldlib.tables import SigmaTable, TableRangeError, invert_on_safe_side, open_table
@@ -30,16 +29,9 @@ def _upper(sigma, q, steps, delta, sampling, relation="add_remove"):
 
 
 @pytest.fixture(scope="module")
-def client():
-    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
-        with c.get_client() as cl:
-            yield cl
-
-
-@pytest.fixture(scope="module")
-def built(client, tmp_path_factory):
+def built(embedded_client, tmp_path_factory):
     store = str(tmp_path_factory.mktemp("table") / "t.zarr")
-    build_table(str(TEST_CONFIG), store=store, client=client, progress=False, say=lambda *_: None)
+    build_table(str(TEST_CONFIG), store=store, client=embedded_client, progress=False, say=lambda *_: None)
     return store
 
 
@@ -171,7 +163,8 @@ def test_calibrate_uses_the_table_as_seed(built):
     assert r.sigma == pytest.approx(r2.sigma, rel=2e-3)
 
 
-def test_resume_recomputes_only_missing_rows(client, built, tmp_path):
+def test_resume_recomputes_only_missing_rows(embedded_client, built, tmp_path):
+    client = embedded_client
     import shutil
 
     import zarr
@@ -268,7 +261,8 @@ def _sweeps(argv, capsys):
     return rc, out.out, out.err
 
 
-def test_sweeps_run_builds_and_resumes_a_table(client, built, tmp_path, capsys):
+def test_sweeps_run_builds_and_resumes_a_table(embedded_client, built, tmp_path, capsys):
+    client = embedded_client
     import shutil
 
     import zarr
