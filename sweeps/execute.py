@@ -384,7 +384,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
     update_attrs(path, runs=json.dumps(runs + [record]), started=attrs.get("started") or record["started"],
                  provenance=json.dumps(env))
     say(f"run {report.run}: submitting {n_todo} blocks to {where}")
-    writer = BlockWriter(path, plan)
+    writer = BlockWriter(path, plan, fresh=report.action in ("created", "restarted"))
     S, D = len(plan.coords["steps"]), len(plan.coords["delta"])
     futures = {}
     limit = _inflight_limit(client, max_inflight)
@@ -392,18 +392,27 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
     rank = 0
 
     def fill():
+        """Top the blocks in flight up to ``limit``: one ``client.map`` call per refill (one
+        message to the scheduler), earlier blocks at higher priority (heaviest first)."""
         nonlocal rank
-        while len(futures) < limit:
+        new = []
+        while len(futures) + len(new) < limit:
             b = next(todo, None)
             if b is None:
-                return
-            fut = client.submit(run_block, plan.spec(b), key=f"sweeps-block-{b.number}-{os.urandom(4).hex()}",
-                                pure=False, retries=retries, priority=n_todo - rank)
-            rank += 1
+                break
+            new.append(b)
+        if not new:
+            return
+        salt = os.urandom(4).hex()
+        futs = client.map(run_block, [plan.spec(b) for b in new],
+                          key=[f"sweeps-block-{b.number}-{salt}" for b in new],
+                          pure=False, retries=retries, priority=n_todo - rank)
+        rank += len(new)
+        for fut, b in zip(futs, new):
             futures[fut] = b
             report.submitted_blocks.append(b.number)
-            report.submitted += 1
             ac.add(fut)
+        report.submitted += len(new)
 
     last_progress = time.monotonic()
     no_workers_since = None
@@ -434,6 +443,14 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
                                                "(finished blocks are saved; run again to resume)", exit_code=1)
                 time.sleep(0.01)
                 continue
+            ready = []
+            got = {}
+            finished = [f for f in batch if f.status == "finished"]
+            if len(finished) > 1:  # fetch the batch's results in one round trip
+                try:
+                    got = dict(zip(finished, client.gather(finished)))
+                except Exception:  # e.g. a result lost with its worker meanwhile: one by one below
+                    got = {}
             for fut in batch:
                 b = futures[fut]
                 if fut.status in ("pending", "lost"):
@@ -443,7 +460,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
                 futures.pop(fut)
                 last_progress = time.monotonic()
                 try:
-                    result = fut.result()
+                    result = got[fut] if fut in got else fut.result()
                 except CancelledError:  # cancelled or lost with the cluster: leave it missing
                     report.lost += 1
                     bar.update(failed=True)
@@ -463,14 +480,16 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
                 if status is not None:  # cells that were ok before this run stay ok
                     reg = plan.region(b)
                     keep = (status[tuple(reg[d] for d in DIMS)] == STATUS_OK).reshape(S, D)
-                cells = writer.write(b, result, report.run, keep_ok=keep)
+                ready.append((b, result, report.run, keep))
+            fill()  # keep the workers busy while this batch is written
+            # every result of the batch in one concurrent write (data chunks, then commit chunks)
+            for (b, result, _, _), cells in zip(ready, writer.write_many(ready)):
                 bad = bool((~np.isin(cells, STATUS_DONE)).any())  # unsupported cells are final answers
                 report.failed += bad
                 report.ok += not bad
                 bar.update(failed=bad)
                 if on_result is not None:
                     on_result(b, result, report)
-            fill()
         record["state"] = "finished"
     except BaseException:
         if record["state"] == "running":

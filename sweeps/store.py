@@ -338,11 +338,15 @@ def update_attrs(path: str, **attrs) -> None:
 class BlockWriter:
     """Writes block results into the store, one chunk per variable, client side."""
 
-    def __init__(self, path: str, plan: Plan):
+    def __init__(self, path: str, plan: Plan, fresh: bool = False):
+        """``fresh``: the store was created by this run, so no chunk has been written yet and
+        a data chunk holding only the fill value (NaN estimates, empty error text) need not
+        be written at all (zarr reads a missing chunk as the fill value)."""
         import zarr
 
         self.path = path
         self.plan = plan
+        self.fresh = fresh
         with _quiet():
             g = zarr.open_group(path, mode="r+")
         self.chunks = {}
@@ -359,7 +363,41 @@ class BlockWriter:
                 raise AssertionError(f"region {d}={sl} of {var!r} is not exactly one chunk (chunk size {c})")
 
     def write(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None) -> np.ndarray:
-        """Write ``result`` (from :func:`sweeps.methods.run_block`) for ``block``.
+        """Write one block (see :meth:`write_many`); returns its cell status (steps, delta)."""
+        return self.write_many([(block, result, run, keep_ok)])[0]
+
+    def write_many(self, items) -> list:
+        """Write several blocks: ``items`` of ``(block, result, run, keep_ok)``.
+
+        All data chunks of all the blocks are written concurrently (zarr's async
+        API, one event-loop round trip), and only then all their commit chunks
+        (``status``, ``run``): a block is never "ok" before its data is there.
+        Returns each block's written cell status.
+        """
+        prepared = [self._prepare(*it) for it in items]
+        if not prepared:
+            return []
+        import asyncio
+
+        from zarr.core.sync import sync
+
+        def coros(group):
+            for p in prepared:
+                for v, a in p[group].items():
+                    if group == "data" and self.fresh and _all_fill(a):
+                        continue
+                    yield self.arrays[v].async_array.setitem(p["key"] if v in CELL_VARS else p["bkey"], a)
+
+        async def go():
+            await asyncio.gather(*coros("data"))
+            await asyncio.gather(*coros("commit"))
+
+        with _quiet():
+            sync(go())
+        return [p["status"] for p in prepared]
+
+    def _prepare(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None) -> dict:
+        """The chunks to write for ``result`` (from :func:`sweeps.methods.run_block`) of ``block``.
 
         ``keep_ok``: boolean (steps, delta) mask of cells already ok in the
         store; where the new result failed them, the old values are kept
@@ -417,13 +455,17 @@ class BlockWriter:
         for group in (data, commit):
             for v in group:
                 self._assert_aligned(v, region if v in CELL_VARS else bregion)
-        with _quiet():
-            # data first, then the commit marker (status, run); each assignment writes
-            # exactly one whole chunk (zarr writes it before returning)
-            for group in (data, commit):
-                for v, a in group.items():
-                    self.arrays[v][key if v in CELL_VARS else bkey] = a
-        return status
+        # each assignment writes exactly one whole chunk; data first, then the commit marker
+        return {"data": data, "commit": commit, "key": key, "bkey": bkey, "status": status}
+
+
+def _all_fill(a: np.ndarray) -> bool:
+    """Whether ``a`` holds only the fill value of its variable (NaN, or '' for text)."""
+    if a.dtype.kind == "f":
+        return bool(np.isnan(a).all())
+    if a.dtype == STR or a.dtype.kind in "UT":
+        return bool((a == "").all())
+    return False
 
 
 def _cells(a: np.ndarray) -> np.ndarray:
