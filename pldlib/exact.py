@@ -375,7 +375,8 @@ def _disc(m, h):
 class ExactSplit:
     """A composition split into exact parts and the rest (docs/MATH.md section 12).
 
-    ``gauss_inv_var``: sum k / sigma^2 over unsampled Gaussian steps (0: none);
+    ``gauss_inv_var``: sum k / sigma^2 over unsampled Gaussian steps (0: none; the
+    relation's factor c is applied by the caller: mu = c sqrt(gauss_inv_var));
     ``log_keep``: sum k ln(1 - delta0) over (eps0, delta0)-DP steps (the +inf mass is
     D = 1 - e^log_keep); ``rr``: {eps0: count} of randomized-response pairs (from RR
     events and from (eps0 > 0, delta0) steps); ``rest``: the other (event, count) pairs.
@@ -383,6 +384,7 @@ class ExactSplit:
 
     gauss_inv_var: float = 0.0
     gauss_terms: int = 0
+    gauss_steps: list = field(default_factory=list)
     log_keep: float = 0.0
     keep_terms: int = 0
     rr: dict = field(default_factory=dict)
@@ -401,11 +403,11 @@ class ExactSplit:
 def split_exact(components, relation: str) -> ExactSplit:
     """Split ``components`` ([(step_event, count)]) into the parts of :class:`ExactSplit`."""
     out = ExactSplit()
-    c = 2.0 if relation == "substitution" else 1.0
     for ev, k in components:
         if isinstance(ev, E.GaussianEvent):
-            out.gauss_inv_var += k * (c / ev.sigma) ** 2
+            out.gauss_inv_var += k / ev.sigma**2
             out.gauss_terms += 1
+            out.gauss_steps.append((ev.sigma, k))
         elif isinstance(ev, E.ApproxDPEvent):
             if ev.delta0 > 0:
                 out.log_keep += k * math.log1p(-ev.delta0)
@@ -419,12 +421,21 @@ def split_exact(components, relation: str) -> ExactSplit:
     return out
 
 
-def gaussian_exact(inv_var: float, terms: int) -> GaussianExact:
-    """The combined Gaussian, its mu = sqrt(inv_var) (``terms`` sums of rounded terms:
-    the relative error of mu, <= (terms + 4) u, is below the bounds' own margins only
-    when small; it is folded into the bounds by evaluating at mu(1 +- err) -- see
-    :class:`GaussianPair`)."""
-    return GaussianPair(math.sqrt(inv_var), (2 * terms + 8) * U)
+def combined_sigma(split: ExactSplit) -> float:
+    """sigma of the one Gaussian step equal to all unsampled Gaussian steps:
+    1 / sqrt(sum k / sigma^2) (a single step with count 1 is kept as given, so that
+    composing by hand and composing the list give the same float)."""
+    if len(split.gauss_steps) == 1 and split.gauss_steps[0][1] == 1:
+        return float(split.gauss_steps[0][0])
+    return 1.0 / math.sqrt(split.gauss_inv_var)
+
+
+def gaussian_exact(sigma: float, c: float, terms: int) -> "GaussianPair":
+    """The combined Gaussian pair, mu = c / sigma, with its rounding folded into the
+    bounds: the sum of ``terms`` positive terms, the square root and the divisions carry
+    a relative error below (terms + 8) u; the margin used is the same for every list of
+    up to 56 terms, (max(terms, 56) + 8) 2u, so hand-combined and listed steps agree."""
+    return GaussianPair(c / sigma, (max(terms, 56) + 8) * 2 * U)
 
 
 class GaussianPair:

@@ -404,10 +404,10 @@ class PLDAccountant(Accountant):
         if sp.gauss_terms:
             # sigma of the combined step: 1 / sqrt(sum k / sigma^2) (the relation's factor c
             # is applied by the step's pair, as for any Gaussian step)
-            gauss = (1.0 / math.sqrt(sp.gauss_inv_var / (c * c)), 1)
+            gauss = (X.combined_sigma(sp), 1)
         if not sp.rest:
             if not sp.rr:
-                base = X.gaussian_exact(sp.gauss_inv_var, sp.gauss_terms) if gauss else X.IdentityExact()
+                base = X.gaussian_exact(gauss[0], c, sp.gauss_terms) if gauss else X.IdentityExact()
             elif not gauss and len(sp.rr) == 1:
                 (eps0, K), = sp.rr.items()
                 base = X.BinomialExact(eps0, K) if X.BinomialExact.n_terms(eps0, K) <= X.MAX_TERMS else None
