@@ -25,7 +25,7 @@ from .. import exact as X
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
 from ..methods.base import Accountant, Estimate, Interval, Step, as_event, branch_labels, components_of  # noqa: F401
-from .compose import DEFAULT_MAX_BINS, Composition, compose, estimate_tilt, solve_tilt
+from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
@@ -364,6 +364,8 @@ class PLDAccountant(Accountant):
         self.upper_only = not lower_bound
         self.discretisation = _discretisation(discretisation)
         self.max_bins = V.positive_int("max_bins", max_bins)
+        # an explicit max_bins is a user setting: it is never coarsened around (GridTooLargeError)
+        self._bins_explicit = self.max_bins != DEFAULT_MAX_BINS
         if self.max_bins < 16:
             raise ValueError(f"max_bins must be at least 16, got {self.max_bins}")
         self._start = None  # a starting spacing for the automatic rule (account_steps)
@@ -429,10 +431,12 @@ class PLDAccountant(Accountant):
             if self._exact is None:
                 self._exact = X.PinfWrapped(self._pinf, X.IdentityExact().delta_bounds,
                                             X.IdentityExact().epsilon_bounds)
-            self._labels, self.tail, self._branches, self.interval = [], 0.0, [], 0.0
+            # no grid: ``interval`` reports an explicit option back as given (0.0 otherwise)
+            self._labels, self.tail, self._branches = [], 0.0, []
+            self.interval = float(self._interval_opt) if self._interval_opt is not None else 0.0
             self.setup_seconds = time.perf_counter() - t0
             return
-        if self._interval_opt is None:
+        if self._interval_opt is None and not self._bins_explicit:
             budget_bins = max(16, min(self.max_bins, self.memory_budget // BYTES_PER_BIN))
             saved = self.max_bins
             self.max_bins = budget_bins
@@ -442,7 +446,7 @@ class PLDAccountant(Accountant):
                     try:
                         self._epsilon(np.array([1e-5]))  # a composition that must fit
                         break
-                    except GridTooLargeError:
+                    except MemoryError:
                         pass
                     except (ArithmeticError, ValueError):
                         break
@@ -450,8 +454,16 @@ class PLDAccountant(Accountant):
             finally:
                 self._auto_bins = self.max_bins
                 self.max_bins = saved
+        elif self._interval_opt is None:
+            self._build_auto(t0, self._rule_start())
         else:
             self._build_grid(t0, self._interval_opt)
+
+    def _rule_start(self):
+        if self._start is not None:
+            return float(self._start)
+        per_comp = [m.branches() for m, _ in self._eff]
+        return _rule_interval(_step_stats(self._eff, per_comp), [k for _, k in self._eff])[0]
 
     def _coarsen(self):
         """Double the spacing (automatic grid only), flagging the accuracy as limited."""
@@ -476,7 +488,7 @@ class PLDAccountant(Accountant):
                 try:
                     self._build_auto(t0, h0)
                     return
-                except GridTooLargeError:
+                except MemoryError:  # GridTooLargeError, or numpy under a memory cap
                     if not self.accuracy_limited:
                         warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
                                       f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
@@ -524,6 +536,8 @@ class PLDAccountant(Accountant):
                         raise GridTooLargeError("probe composition too large")
                 except GridTooLargeError:
                     self._branches = previous  # keep the finest grid that fits
+                    if rate == 0.5 and self._bins_explicit:
+                        raise
                     if rate == 0.5:
                         warnings.warn("pldlib: the automatic refinement does not fit the memory budget; "
                                       "keeping the finest grid that fits (wider intervals)",
@@ -626,7 +640,10 @@ class PLDAccountant(Accountant):
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
-        comp = self._compose(st, estimate_tilt(st.uppers, st.counts, float(deltas.min())))
+        try:
+            comp = self._compose(st, estimate_tilt(st.uppers, st.counts, float(deltas.min())))
+        except UntiltError:
+            comp = self._compose(st, 0.0)
         tried = [comp.theta]
         todo = np.arange(n)
         for attempt in range(12):
@@ -657,7 +674,10 @@ class PLDAccountant(Accountant):
             if theta is None:
                 break
             tried.append(theta)
-            comp = self._compose(st, theta)
+            try:
+                comp = self._compose(st, theta)
+            except UntiltError:
+                break  # the answers found so far stand; the rest is refused below
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
@@ -778,7 +798,10 @@ class PLDAccountant(Accountant):
             theta = self._tilt_for(st, eps[j])
             if abs(theta - comp.theta) < 1e-12:
                 break
-            comp = self._compose(st, theta)
+            try:
+                comp = self._compose(st, theta)
+            except UntiltError:
+                break
         return lo, up
 
     def delta(self, epsilon) -> Interval:
@@ -790,8 +813,8 @@ class PLDAccountant(Accountant):
             lo, up = self._exact.delta_bounds(eps)
         else:
             lo, up = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None).delta_bounds(eps)
-        up = np.minimum(up, 1.0)
-        lo = np.minimum(lo, up)
+        up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound
+        lo = np.where(np.isnan(lo), 0.0, np.minimum(lo, up))
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -808,8 +831,9 @@ class PLDAccountant(Accountant):
         for _ in range(MAX_COARSEN):
             try:
                 return fn(*args)
-            except GridTooLargeError:
-                if self._interval_opt is not None:
+            except MemoryError as e:  # GridTooLargeError, or numpy running out under a memory cap
+                if self._interval_opt is not None or self._bins_explicit or \
+                        (not isinstance(e, GridTooLargeError) and self.interval <= 0):
                     raise
                 self._coarsen()
         return fn(*args)
