@@ -87,7 +87,9 @@ class GaussianExact:
             c = la + log_em
         err = err_la + (err_la + err_lb) * amp + 8 * U * (np.abs(c) + 1)
         lo = np.where(np.isfinite(c), c - err, -np.inf)
-        hi = np.where(np.isfinite(err) & np.isfinite(c), c + err, np.minimum(la + err_la, 0.0))
+        with np.errstate(invalid="ignore"):
+            hi = np.where(np.isfinite(err) & np.isfinite(c), c + err, np.minimum(la + err_la, 0.0))
+        hi = np.where(np.isnan(hi), 0.0, hi)  # no bound: the trivial ln 1
         return lo, np.minimum(hi, 0.0)
 
     def delta_bounds(self, eps):
@@ -257,7 +259,7 @@ class BinomialExact:
     log pmf is below ``_LOG_TINY`` relative to 1 are dropped into the same bound.
     """
 
-    def __init__(self, eps0: float, K: int):
+    def __init__(self, eps0: float, K: int, log_tail: float = 700.0):
         self.eps0 = float(eps0)
         self.K = int(K)
         e0 = self.eps0
@@ -265,11 +267,11 @@ class BinomialExact:
         self.q = 1.0 / (1.0 + math.exp(e0))
         K = self.K
         mean = K * self.p
-        # window half-width t: Hoeffding bound 2 exp(-2 t^2 / K) <= e^-700
-        t = math.ceil(math.sqrt(0.5 * K * 700.0)) + 2
+        # window half-width t: Hoeffding bound 2 exp(-2 t^2 / K) <= 2 e^-log_tail
+        t = math.ceil(math.sqrt(0.5 * K * log_tail)) + 2
         j_lo = max(0, int(math.floor(mean - t)))
         j_hi = min(K, int(math.ceil(mean + t)))
-        self.tail = 0.0 if (j_lo == 0 and j_hi == K) else 2 * math.exp(-700.0)
+        self.tail = 0.0 if (j_lo == 0 and j_hi == K) else 2 * math.exp(-log_tail)
         j = np.arange(j_lo, j_hi + 1, dtype=float)
         lp, le = binom_logpmf(j, K, self.p, self.q)
         keep = lp + le > _LOG_TINY
@@ -285,8 +287,8 @@ class BinomialExact:
         self._suffix = {}
 
     @staticmethod
-    def n_terms(eps0: float, K: int) -> int:
-        t = math.ceil(math.sqrt(0.5 * K * 700.0)) + 2
+    def n_terms(eps0: float, K: int, log_tail: float = 700.0) -> int:
+        t = math.ceil(math.sqrt(0.5 * K * log_tail)) + 2
         return min(K + 1, 2 * t + 1)
 
     def _sums(self, m):
@@ -485,3 +487,64 @@ class PinfWrapped:
         if ok_l.any():
             lo[ok_l] = self._eps(np.minimum(t_big[ok_l], np.nextafter(1.0, 0)))[0]
         return np.minimum(lo, up), up
+
+
+class GaussRRExact:
+    """An unsampled Gaussian pair (mu) composed with K steps of eps0-randomized response:
+    the loss is L_G + (2J - K) eps0, so delta(eps) = sum_j b_j delta_G(eps - l_j)
+    exactly (docs/MATH.md section 12).  Bounds: the binomial window of
+    :class:`BinomialExact` (masses bounded term by term, left-out mass <= its ``tail``,
+    added to the upper bound since delta_G <= 1) times the Gaussian bounds."""
+
+    def __init__(self, gauss: "GaussianPair", eps0: float, K: int):
+        self.g = gauss
+        # left-out binomial mass <= 2 e^-120 (1e-52): negligible against any delta >= 1e-40
+        self.b = BinomialExact(eps0, K, log_tail=GAUSS_RR_LOG_TAIL)
+
+    def delta_bounds(self, eps):
+        eps = np.atleast_1d(np.asarray(eps, dtype=float))
+        lo = np.empty(eps.shape)
+        hi = np.empty(eps.shape)
+        n = self.b.loss.size
+        for idx, e in np.ndenumerate(eps):
+            gl, gh = self.g.delta_bounds(e - self.b.loss)
+            s_lo = float(np.sum(self.b.m_lo * gl))
+            s_hi = float(np.sum(self.b.m_hi * gh))
+            nerr = (n + 4) * U
+            lo[idx] = max(s_lo * (1 - nerr), 0.0)
+            hi[idx] = min(s_hi * (1 + nerr) + self.b.tail, 1.0)
+        return lo, hi
+
+    def epsilon_bounds(self, deltas):
+        deltas = np.asarray(deltas, dtype=float)
+        lo = np.empty(deltas.shape)
+        hi = np.empty(deltas.shape)
+        mu = self.g.mu
+        for idx, d in np.ndenumerate(deltas):
+            d = float(d)
+            fu = lambda e: float(self.delta_bounds(e)[1][0]) - d  # noqa: E731
+            fl = lambda e: float(self.delta_bounds(e)[0][0]) - d  # noqa: E731
+            top = float(self.b.loss[-1]) + mu * mu / 2 + 40 * mu + 40
+            bot = float(self.b.loss[0]) - mu * mu / 2 - 40 * mu - 40
+            for _ in range(64):
+                if not fu(top) > 0:
+                    break
+                top += abs(top) + 1
+            for _ in range(64):
+                if not fl(bot) < 0:
+                    break
+                bot -= abs(bot) + 1
+            if fu(top) > 0:
+                hi[idx] = math.inf
+                lo[idx] = _bisect(fl, bot, top, want_le=False) if fl(top) < 0 else top
+                continue
+            hi[idx] = _bisect(fu, bot, top, want_le=True)
+            lo[idx] = _bisect(fl, bot, top, want_le=False)
+        return np.minimum(lo, hi), hi
+
+    @staticmethod
+    def fits(eps0, K) -> bool:
+        return BinomialExact.n_terms(eps0, K, GAUSS_RR_LOG_TAIL) <= 60_000
+
+
+GAUSS_RR_LOG_TAIL = 120.0

@@ -45,6 +45,9 @@ DEFAULT_MEMORY_BUDGET = 2**30
 BYTES_PER_BIN = 128
 #: at most this many halvings of the automatic spacing to fit the budget
 MAX_COARSEN = 60
+#: the time budget of the automatic grid: a single-step grid has at most this many points
+#: (discretising a subsampled pair costs a few microseconds per point: about 1 s here)
+AUTO_STEP_POINTS = 2**18
 
 #: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h
 COARSE_FACTOR = 8
@@ -97,7 +100,9 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
         (about half the work): answers keep their certified upper bounds and report
         lower bounds of -inf (eps) or 0 (delta).  Needs an explicit ``interval``.
     memory_budget : bytes the automatic grid may use (default 1 GB,
-        :data:`DEFAULT_MEMORY_BUDGET`).  When the automatic accuracy does not fit,
+        :data:`DEFAULT_MEMORY_BUDGET`); the automatic grid also keeps each single-step
+        grid within :data:`AUTO_STEP_POINTS` points (its time budget: a few seconds).
+        When the automatic accuracy does not fit,
         the spacing is coarsened until it does: the answers stay certified but are
         wider, ``acc.accuracy_limited`` is True and an :class:`AccuracyLimitedWarning`
         is issued.  (:class:`GridTooLargeError` is raised only for an explicit
@@ -413,6 +418,9 @@ class PLDAccountant(Accountant):
             elif not gauss and len(sp.rr) == 1:
                 (eps0, K), = sp.rr.items()
                 base = X.BinomialExact(eps0, K) if X.BinomialExact.n_terms(eps0, K) <= X.MAX_TERMS else None
+            elif len(sp.rr) == 1 and X.GaussRRExact.fits(*next(iter(sp.rr.items()))):
+                (eps0, K), = sp.rr.items()
+                base = X.GaussRRExact(X.gaussian_exact(gauss[0], c, sp.gauss_terms), eps0, K)
             else:
                 base = None
             if base is not None:
@@ -562,7 +570,10 @@ class PLDAccountant(Accountant):
                 # a mechanism without this direction contributes its only branch
                 b = next((b for b in bl if b.label == label), bl[0])
                 pairs.append((b.upper, b.lower))
-            src = _Discretised(pairs, h, self.tail, self._bins(), self.discretisation, self.upper_only)
+            cap = self._bins()
+            if self._interval_opt is None and not self._bins_explicit:
+                cap = min(cap, AUTO_STEP_POINTS)  # the time budget (automatic grid only)
+            src = _Discretised(pairs, h, self.tail, cap, self.discretisation, self.upper_only)
             branches.append(_BranchState(label, src, [k for _, k in self._eff]))
         if len(branches) == 1:
             branches[0].source.fine()

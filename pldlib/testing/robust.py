@@ -267,6 +267,47 @@ def report(records, title, cmd):
     return "\n".join(lines) + "\n"
 
 
+def issue_cases():
+    """The inputs enumerated in issue 22 (items 1-3 of its first list)."""
+    out = []
+    for k in (10, 1000):
+        for d in (1e-5, 1e-3):
+            out.append({"relation": "add_remove", "steps": [[{"kind": "approx", "eps0": 0.0, "delta0": 1e-6}, k]],
+                        "query": ["epsilon", d]})
+    for rel in RELATIONS:
+        scheme = "poisson"
+        out.append({"relation": rel, "steps": [[{"kind": "sgauss", "sigma": 0.1, "q": 1e-6, "scheme": scheme}, 1]],
+                    "query": ["epsilon", 1e-5]})
+    for sigma in (0.3, 0.5, 0.7):
+        out.append({"relation": "add_remove",
+                    "steps": [[{"kind": "sgauss", "sigma": sigma, "q": 1e-6, "scheme": "poisson"}, 1]],
+                    "query": ["epsilon", 1e-5]})
+    for q in (0.9, 0.999):
+        out.append({"relation": "add_remove",
+                    "steps": [[{"kind": "sgauss", "sigma": 0.1, "q": q, "scheme": "poisson"}, 1]],
+                    "query": ["epsilon", 1e-5]})
+    for sigma in (0.05, 0.1, 0.3):
+        out.append({"relation": "add_remove", "steps": [[{"kind": "gauss", "sigma": sigma}, 10**7]],
+                    "query": ["epsilon", 1e-5]})
+    out.append({"relation": "add_remove", "steps": [[{"kind": "gauss", "sigma": 200.0}, 10**7]],
+                "query": ["epsilon", 1e-30]})
+    out.append({"relation": "add_remove", "steps": [[{"kind": "gauss", "sigma": 0.05}, 10**7]],
+                "query": ["delta", 1.0]})
+    return out
+
+
+def issue_report(records):
+    lines = ["## The cases enumerated in issue 22", "",
+             f"Each in a forked child capped at {MEM_CAP / 2**30:.0f} GB (RLIMIT_AS), time limit "
+             f"{TIME_LIMIT:.0f} s; peak memory is the child's max RSS (incl. ~100 MB of imports).", "",
+             "| case | status | seconds | peak MB | interval |", "|---|---|---|---|---|"]
+    for r in records:
+        iv = (f"[{r['lower']:.10g}, {r['upper']:.10g}]" + (" (accuracy-limited)" if r.get("limited") else "")
+              if r["status"] == "ok" else r.get("error", "")[:120])
+        lines.append(f"| {describe(r['case'])} | {r['status']} | {r['seconds']:.2f} | {r['peak_mb']:.0f} | {iv} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=2000)
@@ -275,7 +316,18 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=TIME_LIMIT)
     ap.add_argument("--out", default=None, help="write the report (markdown) here")
     ap.add_argument("--jsonl", default=None, help="append every record here")
+    ap.add_argument("--issue-cases", action="store_true", help="run the cases issue 22 enumerates instead")
     a = ap.parse_args(argv)
+    if a.issue_cases:
+        import pldlib  # noqa: F401
+
+        recs = [run_case(c, a.time_limit) for c in issue_cases()]
+        text = issue_report(recs)
+        print(text)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write(text)
+        return 1 if any(r["status"] not in ("ok",) for r in recs) else 0
     if a.cases < 1 or a.workers < 1:
         ap.error("--cases and --workers must be >= 1")
     fh = open(a.jsonl, "a") if a.jsonl else None
