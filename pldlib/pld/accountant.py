@@ -439,9 +439,16 @@ class PLDAccountant(Accountant):
             if self._exact is None:
                 self._exact = X.PinfWrapped(self._pinf, X.IdentityExact().delta_bounds,
                                             X.IdentityExact().epsilon_bounds)
-            # no grid: ``interval`` reports an explicit option back as given (0.0 otherwise)
+            # no grid is used; ``interval`` reports an explicit option back as given, else the
+            # spacing the automatic rule would have chosen (callers such as calibrate reuse it)
             self._labels, self.tail, self._branches = [], 0.0, []
-            self.interval = float(self._interval_opt) if self._interval_opt is not None else 0.0
+            if self._interval_opt is not None:
+                self.interval = float(self._interval_opt)
+            else:
+                try:
+                    self.interval = float(self._rule_start()) if self._eff else 0.1
+                except Exception:
+                    self.interval = 0.1
             self.setup_seconds = time.perf_counter() - t0
             return
         if self._interval_opt is None and not self._bins_explicit:
