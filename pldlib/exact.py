@@ -240,13 +240,14 @@ def binom_logpmf(j, K: int, p: float, q: float):
         lg = 0.5 * (math.log(Kf) - np.log(2 * math.pi * ji) - np.log(Kf - ji))
         out[inner] = s0 - sj - sk - b1 - b2 + lg
         err[inner] = 16 * U * (abs(s0) + np.abs(sj) + np.abs(sk) + b1 + b2 + np.abs(lg) + 1) \
-            + 4 * U * np.abs(ji - M1) + 1e-15
+            + 8 * U * np.abs(ji - M1) + 1e-15
     e0 = j == 0
     out[e0] = Kf * math.log(q) if q > 0 else -np.inf
-    err[e0] = 4 * U * abs(Kf * math.log(q)) + 4 * U if q > 0 else 0.0
+    # (p and q carry a relative error <= 4u: ln moves by <= 4u per factor, K factors)
+    err[e0] = 4 * U * (Kf + abs(Kf * math.log(q))) + 4 * U if q > 0 else 0.0
     eK = j == Kf
     out[eK] = Kf * math.log(p) if p > 0 else -np.inf
-    err[eK] = 4 * U * abs(Kf * math.log(p)) + 4 * U if p > 0 else 0.0
+    err[eK] = 4 * U * (Kf + abs(Kf * math.log(p))) + 4 * U if p > 0 else 0.0
     return out, err
 
 

@@ -155,3 +155,38 @@ def test_memory_budget_gives_flagged_certified_interval():
     assert lo <= ru and rl <= up and lo <= up
     with pytest.raises(pldlib.GridTooLargeError):
         pldlib.account(mech, steps=200, interval=1e-7, max_bins=1000)
+
+
+@pytest.mark.parametrize("eps0,K", [(0.01, 10**5), (0.3, 10**6), (1.0, 10**7)])
+def test_large_rr_matches_binomial_sum(eps0, K):
+    # independent: delta(eps) = sum_{j > j*} Bin(K, p)(j) (1 - e^{eps - (2j-K) eps0}), with
+    # scipy's pmf (boost; relative error ~1e-9 at these K, hence the 1e-8 tolerance)
+    from scipy import stats
+
+    p = 1 / (1 + math.exp(-eps0))
+    acc = PLDAccountant().compose(E.RandomizedResponseEvent(eps0), K)
+    sd = math.sqrt(K * p * (1 - p))
+    for z in (1.0, 3.0, 6.0):
+        jstar = int(K * p + z * sd)
+        eps = (2 * jstar - K) * eps0 + 0.5 * eps0  # between two losses
+        jj = np.arange(jstar + 1, min(K, jstar + int(60 * sd) + 60) + 1)
+        t = float(np.sum(stats.binom.pmf(jj, K, p) * -np.expm1(eps - (2 * jj - K) * eps0)))
+        lo, up = acc.delta(eps)
+        assert lo <= t * (1 + 1e-8) and t * (1 - 1e-8) <= up, (z, lo, up, t)
+        assert (up - lo) <= 1e-7 * t
+
+
+def test_binomial_logpmf_against_mpmath():
+    from pldlib.exact import binom_logpmf
+
+    for K, e0 in ((10**6, 0.3), (10**12, 0.01), (37, 2.0)):
+        p, q = 1 / (1 + math.exp(-e0)), 1 / (1 + math.exp(e0))
+        sd = math.sqrt(K * p * q)
+        js = sorted({max(0, min(K, round(K * p + z * sd))) for z in (-8, -2, 0, 1, 5, 30)})
+        got, err = binom_logpmf(np.array(js, dtype=float), K, p, q)
+        with mpmath.workdps(50):
+            P = 1 / (1 + mpmath.exp(-mpmath.mpf(e0)))
+            for j, g, e in zip(js, got, err):
+                t = mpmath.loggamma(K + 1) - mpmath.loggamma(j + 1) - mpmath.loggamma(K - j + 1) \
+                    + j * mpmath.log(P) + (K - j) * mpmath.log(1 - P)
+                assert abs(g - t) <= e, (K, j, g, float(t), e)
