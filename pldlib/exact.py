@@ -224,8 +224,8 @@ def binom_logpmf(j, K: int, p: float, q: float):
     separately for accuracy), by Loader's saddle-point form
     ln b = stirlerr(K) - stirlerr(j) - stirlerr(K-j) - bd0(j, Kp) - bd0(K-j, Kq)
            + 0.5 ln(K / (2 pi j (K - j)))   (0 < j < K).
-    The error bound: 16u times the sum of the magnitudes, plus 4u |j - Kp| (the
-    rounding of Kp moves bd0 by at most |d bd0/dM| ulp(M) = |j - M|/M u M)."""
+    The error bound: 16u times the sum of the magnitudes, plus 8u |j - Kp| (the
+    rounding of Kp, and of Kq, moves each bd0 by at most |d bd0/dM| 4u M = 4u |j - M|)."""
     j = np.asarray(j, dtype=float)
     Kf = float(K)
     M1, M2 = Kf * p, Kf * q
