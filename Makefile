@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PEERS  := $(VENV)/.peers
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install clean robust
 
 $(PY):
 	@$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,15 @@ demo: $(STAMP)
 bench: $(PEERS)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.calibration
+
+# long randomised robustness run (issue 22): results/ROBUSTNESS.md
+ROBUST_CASES ?= 2000
+robust: $(STAMP)
+	@mkdir -p results
+	@$(PY) -m pldlib.testing.robust --issue-cases --out results/.robust_issue.md || true
+	@$(PY) -m pldlib.testing.robust --cases $(ROBUST_CASES) --seed 1 --workers 2 --out results/.robust_random.md || true
+	@cat results/.robust_issue.md results/.robust_random.md > results/ROBUSTNESS.md
+	@echo "written: results/ROBUSTNESS.md"
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -14,19 +14,40 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from .. import _validate as V
+from .. import events as E
+from .. import exact as X
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
-from ..methods.base import Accountant, Estimate, Interval, as_event, branch_labels, components_of  # noqa: F401
-from .compose import DEFAULT_MAX_BINS, Composition, compose, estimate_tilt, solve_tilt
+from ..methods.base import Accountant, Estimate, Interval, Step, as_event, branch_labels, components_of  # noqa: F401
+from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
-           "DISCRETISATIONS"]
+           "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET"]
+
+
+class AccuracyLimitedWarning(UserWarning):
+    """The automatic grid was coarsened to fit the memory budget: the answer is still a
+    certified interval, only wider than the accuracy the automatic rule aims at
+    (``PLDAccountant.accuracy_limited`` is then True)."""
+
+
+#: default memory budget of the automatic grid (bytes): 1 GB
+DEFAULT_MEMORY_BUDGET = 2**30
+#: bytes per FFT bin of a composition (both sides, transforms and work arrays; measured
+#: peak about 100 bytes per bin): the automatic grid uses at most budget / this many bins
+BYTES_PER_BIN = 128
+#: at most this many halvings of the automatic spacing to fit the budget
+MAX_COARSEN = 24
+#: the time budget of the automatic grid: a single-step grid has at most this many points
+#: (discretising a subsampled pair costs a few microseconds per point: about 1 s here)
+AUTO_STEP_POINTS = 2**18
 
 #: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h
 COARSE_FACTOR = 8
@@ -56,7 +77,7 @@ def _discretisation(name) -> str:
 
 def account(mechanism, steps: int | None = None, *, interval: float | None = None,
             max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
-            lower_bound: bool = True) -> "PLDAccountant":
+            lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> "PLDAccountant":
     """Account for ``steps`` compositions of ``mechanism`` (or a heterogeneous list).
 
     Parameters
@@ -78,6 +99,20 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     lower_bound : with False only the pessimistic side is built and composed
         (about half the work): answers keep their certified upper bounds and report
         lower bounds of -inf (eps) or 0 (delta).  Needs an explicit ``interval``.
+    memory_budget : bytes the automatic grid may use (default 1 GB,
+        :data:`DEFAULT_MEMORY_BUDGET`); the automatic grid also keeps each single-step
+        grid within :data:`AUTO_STEP_POINTS` points (its time budget: a few seconds).
+        When the automatic accuracy does not fit,
+        the spacing is coarsened until it does: the answers stay certified but are
+        wider, ``acc.accuracy_limited`` is True and an :class:`AccuracyLimitedWarning`
+        is issued.  (:class:`GridTooLargeError` is raised only for an explicit
+        ``interval`` that does not fit ``max_bins``.)
+
+    Unsampled Gaussian, randomized-response and (eps0, delta0)-DP steps are answered
+    exactly (:mod:`pldlib.exact`, docs/MATH.md section 12): all unsampled Gaussians
+    are combined into one Gaussian step first, the delta0 masses are taken out
+    exactly, and when nothing else is composed the answer is the closed form (or the
+    exact binomial enumeration) with an interval as narrow as round-off allows.
 
     Examples
     --------
@@ -85,7 +120,8 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     >>> acc.epsilon(1e-6)            # Interval(lower=..., upper=...)
     """
     return PLDAccountant.for_mechanism(mechanism, steps, interval=interval, max_bins=max_bins,
-                                       discretisation=discretisation, lower_bound=lower_bound)
+                                       discretisation=discretisation, lower_bound=lower_bound,
+                                       memory_budget=memory_budget)
 
 
 def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: float | None = None,
@@ -321,8 +357,9 @@ class PLDAccountant(Accountant):
 
     def __init__(self, relation: str = "add_remove", *, interval: float | None = None,
                  max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
-                 lower_bound: bool = True):
+                 lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET):
         super().__init__(relation)
+        self.memory_budget = V.positive_int("memory_budget", memory_budget)
         if not isinstance(lower_bound, bool):
             raise TypeError(f"lower_bound must be True or False, got {lower_bound!r}")
         if not lower_bound and interval is None:
@@ -332,13 +369,18 @@ class PLDAccountant(Accountant):
         self.upper_only = not lower_bound
         self.discretisation = _discretisation(discretisation)
         self.max_bins = V.positive_int("max_bins", max_bins)
+        # an explicit max_bins is a user setting: it is never coarsened around (GridTooLargeError)
+        self._bins_explicit = self.max_bins != DEFAULT_MAX_BINS
         if self.max_bins < 16:
             raise ValueError(f"max_bins must be at least 16, got {self.max_bins}")
         self._start = None  # a starting spacing for the automatic rule (account_steps)
 
     def _options(self) -> dict:
-        return {"interval": self._interval_opt, "max_bins": self.max_bins, "discretisation": self.discretisation,
-                "lower_bound": not self.upper_only}
+        out = {"interval": self._interval_opt, "max_bins": self.max_bins, "discretisation": self.discretisation,
+               "lower_bound": not self.upper_only}
+        if self.memory_budget != DEFAULT_MEMORY_BUDGET:
+            out["memory_budget"] = self.memory_budget
+        return out
 
     def epsilon_per_steps(self, event, steps, deltas):
         """As :meth:`Accountant.epsilon_per_steps`; the steps values share discretisations
@@ -353,19 +395,144 @@ class PLDAccountant(Accountant):
                               discretisation=self.discretisation, errors="return")
         return self._table(ks, deltas, lambda k: accs[ks.index(k)])
 
+    # -- exact parts (pldlib.exact) and the effective components ------------------------
+    def _split(self):
+        """Set ``_exact`` (a pair with certified ``delta_bounds``/``epsilon_bounds`` when the
+        whole composition is exact, else None), ``_pinf`` (bounds on the +inf mass taken
+        out of (eps0, delta0) steps) and ``_eff`` (the steps left to discretise: unsampled
+        Gaussians combined into one step, randomized-response pairs, the rest)."""
+        sp = X.split_exact([(s.event, k) for s, k in self._steps], self.relation)
+        self._pinf = sp.pinf_bounds()
+        self._exact = None
+        eff = [(s, k) for s, k in self._steps if any(s.event is e for e, _ in sp.rest)]
+        # the combined Gaussian: pair(event, c) gives sigma_comb / c = 1 / mu
+        c = 2.0 if self.relation == "substitution" else 1.0
+        gauss = None
+        if sp.gauss_terms:
+            # sigma of the combined step: 1 / sqrt(sum k / sigma^2) (the relation's factor c
+            # is applied by the step's pair, as for any Gaussian step)
+            gauss = (X.combined_sigma(sp), 1)
+        if not sp.rest:
+            if not sp.rr:
+                base = X.gaussian_exact(gauss[0], c, sp.gauss_terms) if gauss else X.IdentityExact()
+            elif not gauss and len(sp.rr) == 1:
+                (eps0, K), = sp.rr.items()
+                base = X.BinomialExact(eps0, K) if X.BinomialExact.n_terms(eps0, K) <= X.MAX_TERMS else None
+            elif len(sp.rr) == 1 and X.GaussRRExact.fits(*next(iter(sp.rr.items()))):
+                (eps0, K), = sp.rr.items()
+                base = X.GaussRRExact(X.gaussian_exact(gauss[0], c, sp.gauss_terms), eps0, K)
+            else:
+                base = None
+            if base is not None:
+                self._exact = X.PinfWrapped(self._pinf, base.delta_bounds, base.epsilon_bounds)
+        if gauss is not None:
+            eff.append((Step(E.GaussianEvent(gauss[0]), self.relation), gauss[1]))
+        for eps0, K in sp.rr.items():
+            eff.append((Step(E.RandomizedResponseEvent(eps0), self.relation), K))
+        self._eff = eff
+
     def _build(self):
         t0 = time.perf_counter()
-        components = self.components
-        interval = self._interval_opt
+        self.accuracy_limited = False
+        self._split()
+        if self._exact is not None or not self._eff:
+            if self._exact is None:
+                self._exact = X.PinfWrapped(self._pinf, X.IdentityExact().delta_bounds,
+                                            X.IdentityExact().epsilon_bounds)
+            # no grid is used; ``interval`` reports an explicit option back as given, else the
+            # spacing the automatic rule would have chosen (callers such as calibrate reuse it)
+            self._labels, self.tail, self._branches = [], 0.0, []
+            if self._interval_opt is not None:
+                self.interval = float(self._interval_opt)
+            else:
+                try:
+                    self.interval = float(self._rule_start()) if self._eff else 0.1
+                except Exception:
+                    self.interval = 0.1
+            self.setup_seconds = time.perf_counter() - t0
+            return
+        if self._interval_opt is None and not self._bins_explicit:
+            budget_bins = max(16, min(self.max_bins, self.memory_budget // BYTES_PER_BIN))
+            saved = self.max_bins
+            self.max_bins = budget_bins
+            try:
+                self._build_grid(t0, None)
+                for _ in range(MAX_COARSEN):
+                    try:
+                        self._epsilon(np.array([1e-5]))  # a composition that must fit
+                        break
+                    except MemoryError:
+                        pass
+                    except (ArithmeticError, ValueError):
+                        break
+                    self._coarsen()
+            finally:
+                self._auto_bins = self.max_bins
+                self.max_bins = saved
+        elif self._interval_opt is None:
+            self._build_auto(t0, self._rule_start())
+        else:
+            self._build_grid(t0, self._interval_opt)
+
+    def _rule_start(self):
+        if self._start is not None:
+            return float(self._start)
+        per_comp = [m.branches() for m, _ in self._eff]
+        return _rule_interval(_step_stats(self._eff, per_comp), [k for _, k in self._eff])[0]
+
+    def _coarsen(self):
+        """Double the spacing (automatic grid only), flagging the accuracy as limited."""
+        if not self.accuracy_limited:
+            warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
+                          f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
+                          "(wider intervals)", AccuracyLimitedWarning, stacklevel=4)
+        self.accuracy_limited = True
+        h = 2.0 * self.interval
+        per_comp = [m.branches() for m, _ in self._eff]
+        self._branches = self._discretise(self._labels, per_comp, h)
+        self.interval = h
+
+    def _build_grid(self, t0, interval):
+        components = self._eff
+        per_comp = [m.branches() for m, _ in components]
+        if interval is None:
+            h0, _ = _rule_interval(_step_stats(components, per_comp), [k for _, k in components])
+            if self._start is not None:
+                h0 = float(self._start)
+            for _ in range(MAX_COARSEN):
+                try:
+                    self._build_auto(t0, h0)
+                    return
+                except MemoryError:  # GridTooLargeError, or numpy under a memory cap
+                    if not self.accuracy_limited:
+                        warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
+                                      f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
+                                      "(wider intervals)", AccuracyLimitedWarning, stacklevel=5)
+                    self.accuracy_limited = True
+                    h0 *= 2.0
+            raise GridTooLargeError("no grid fits the memory budget")
+        self._build_fixed(t0, interval)
+
+    def _build_fixed(self, t0, interval):
+        components = self._eff
         per_comp = [m.branches() for m, _ in components]
         labels = branch_labels(per_comp)
         self._labels = labels
-        self.tail = _tail_for(self.total_steps)
+        self.tail = _tail_for(sum(k for _, k in components))
+        interval = V.positive_finite("interval", interval)
+        self._branches = self._discretise(labels, per_comp, interval)
+        self.interval = float(interval)
+        self.setup_seconds = time.perf_counter() - t0
+
+    def _build_auto(self, t0, h_start):
+        components = self._eff
+        interval = None
+        per_comp = [m.branches() for m, _ in components]
+        labels = branch_labels(per_comp)
+        self._labels = labels
+        self.tail = _tail_for(sum(k for _, k in components))
         if interval is None:
-            if self._start is None:
-                h, _ = _rule_interval(_step_stats(self.components, per_comp), [k for _, k in components])
-            else:
-                h = float(self._start)
+            h = float(h_start)
             self._branches = self._discretise(labels, per_comp, h)
             # refine once from a probe answer: the width of eps intervals scales
             # like h^2 (like h for privacy buckets), so aim the probe's relative
@@ -383,9 +550,14 @@ class PLDAccountant(Accountant):
                     if rate == 1.0 and math.isnan(self._probe_width()):
                         raise GridTooLargeError("probe composition too large")
                 except GridTooLargeError:
-                    if rate == 0.5:
+                    self._branches = previous  # keep the finest grid that fits
+                    if rate == 0.5 and self._bins_explicit:
                         raise
-                    self._branches = previous  # privacy buckets: keep the finest grid that fits
+                    if rate == 0.5:
+                        warnings.warn("pldlib: the automatic refinement does not fit the memory budget; "
+                                      "keeping the finest grid that fits (wider intervals)",
+                                      AccuracyLimitedWarning, stacklevel=6)
+                        self.accuracy_limited = True
                     break
                 h = h_new
             interval = h
@@ -401,12 +573,15 @@ class PLDAccountant(Accountant):
         branches = []
         for label in labels:
             pairs = []
-            for (m, k), bl in zip(self.components, per_comp):
+            for (m, k), bl in zip(self._eff, per_comp):
                 # a mechanism without this direction contributes its only branch
                 b = next((b for b in bl if b.label == label), bl[0])
                 pairs.append((b.upper, b.lower))
-            src = _Discretised(pairs, h, self.tail, self.max_bins, self.discretisation, self.upper_only)
-            branches.append(_BranchState(label, src, [k for _, k in self.components]))
+            cap = self._bins()
+            if self._interval_opt is None and not self._bins_explicit:
+                cap = min(cap, AUTO_STEP_POINTS)  # the time budget (automatic grid only)
+            src = _Discretised(pairs, h, self.tail, cap, self.discretisation, self.upper_only)
+            branches.append(_BranchState(label, src, [k for _, k in self._eff]))
         if len(branches) == 1:
             branches[0].source.fine()
         return branches
@@ -430,17 +605,25 @@ class PLDAccountant(Accountant):
         discretisation (grid spacing and single-step PLDs; compositions are not shared).
         Identical to ``account(mechanism, steps=k, interval=self.interval)`` when the
         per-step tail agrees (``steps <= TAIL_STEPS``)."""
-        if len(self.components) != 1 or _tail_for(k) != self.tail:
+        if self._exact is not None or len(self._eff) != 1 or len(self.components) != 1 or self._pinf[1] > 0 \
+                or self._eff[0][0].event != self._steps[0][0].event:
+            new = self.fresh().compose(self._steps[0][0].event, int(k))
+            new._ensure_built()
+            return new
+        if _tail_for(k) != self.tail:
             raise ValueError("only a single mechanism with the same per-step tail can share a discretisation")
         new = self.fresh()
         new._steps = [(self._steps[0][0], int(k))]
         new._built = True
+        new._exact, new._pinf, new._eff = None, (0.0, 0.0), [(self._eff[0][0], int(k))]
+        new.accuracy_limited = self.accuracy_limited
         new._labels = self._labels
         new.tail = self.tail
         new._branches = [_BranchState(st.label, st.source, [int(k)]) for st in self._branches]
         new.interval = self.interval
         new.setup_seconds = 0.0
-        new._built_keys = ("_labels", "tail", "_branches", "interval", "setup_seconds")
+        new._built_keys = ("_labels", "tail", "_branches", "interval", "setup_seconds", "_exact", "_pinf", "_eff",
+                           "accuracy_limited")
         return new
 
     # -- composition with caching -----------------------------------------
@@ -448,7 +631,7 @@ class PLDAccountant(Accountant):
         key = (round(theta, 12), eps_from)
         if key not in st.cache:
             st.cache[key] = compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
-                                    eps_from=eps_from, max_bins=self.max_bins)
+                                    eps_from=eps_from, max_bins=self._bins())
         return st.cache[key]
 
     def _tilt_for(self, st, eps_target) -> float:
@@ -482,7 +665,10 @@ class PLDAccountant(Accountant):
         up = np.full(n, np.nan)
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
-        comp = self._compose(st, theta)
+        try:
+            comp = self._compose(st, theta)
+        except UntiltError:  # the tilt cannot be undone in floating point: start untilted
+            comp = self._compose(st, 0.0)
         tried = [comp.theta]
         todo = np.arange(n)
         for _attempt in range(12):
@@ -498,7 +684,10 @@ class PLDAccountant(Accountant):
             if theta is None:
                 break
             tried.append(theta)
-            comp = self._compose(st, theta)
+            try:
+                comp = self._compose(st, theta)
+            except UntiltError:
+                break  # the answers found so far stand; the rest is refused by the caller
         return lo, up, share
 
     def _branch_epsilon(self, st, deltas):
@@ -551,7 +740,7 @@ class PLDAccountant(Accountant):
             theta = estimate_tilt(plds, st.counts, float(x.min())) if kind == "eps" else 0.0
             key = round(theta, 12)
             if key not in st.coarse_cache:
-                st.coarse_cache[key] = compose(plds, None, st.counts, theta=theta, max_bins=self.max_bins)
+                st.coarse_cache[key] = compose(plds, None, st.counts, theta=theta, max_bins=self._bins())
             comp = st.coarse_cache[key]
             if kind == "eps":
                 # below valid_from the curve says nothing, but upper.delta(valid_from) <= x
@@ -608,7 +797,10 @@ class PLDAccountant(Accountant):
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
         self._ensure_built()
-        lo, up = self._epsilon(deltas)
+        if self._exact is not None:
+            lo, up = self._exact.epsilon_bounds(deltas)
+        else:
+            lo, up = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d)).epsilon_bounds(deltas)
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -618,7 +810,20 @@ class PLDAccountant(Accountant):
         """Certified (lower, upper) bounds on the power 1 - beta(alpha) of the relation: the
         maximum over branches (beta is the pointwise minimum over the directions), each
         read exactly off the untilted composition (valid for every eps) by
-        :func:`pldlib.pld.tradeoff.power_bounds`."""
+        :func:`pldlib.pld.tradeoff.power_bounds`.
+
+        Compositions answered in closed form (no grid) or with (eps0, delta0) masses taken
+        out of the grid (``_pinf``) have no discrete curve holding the whole pair: they use
+        the generic certified bounds from delta(eps) (:meth:`Accountant._power`), which
+        include both."""
+        self._ensure_built()
+        if self._exact is not None or self._pinf[1] > 0:
+            # (closed forms are cheap: a 16x finer eps grid than the generic default)
+            self.TRADEOFF_GRID = 16 * Accountant.TRADEOFF_GRID if self._exact is not None else Accountant.TRADEOFF_GRID
+            lo, up = Accountant._power(self, alpha)
+            # rejecting exactly on the +inf atom (Q-mass 0) has power >= its certified mass
+            lo = np.maximum(lo, float(self._pinf[0]))
+            return np.minimum(lo, up), up
         lo = np.zeros(alpha.shape)
         up = np.zeros(alpha.shape)
         for st in self._branches:
@@ -674,9 +879,39 @@ class PLDAccountant(Accountant):
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
         self._ensure_built()
-        lo, up = self._combine(eps, "delta")
-        up = np.minimum(up, 1.0)
-        lo = np.minimum(lo, up)
+        if self._exact is not None:
+            lo, up = self._exact.delta_bounds(eps)
+        else:
+            lo, up = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None).delta_bounds(eps)
+        up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound
+        lo = np.where(np.isnan(lo), 0.0, np.minimum(lo, up))
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
+
+    # -- budget helpers ------------------------------------------------------------------
+    def _bins(self) -> int:
+        """The FFT length cap of compositions: ``max_bins``, or the memory budget's for an
+        automatic grid."""
+        return self.__dict__.get("_auto_bins", self.max_bins) if self._interval_opt is None else self.max_bins
+
+    def _auto(self, fn, *args):
+        """``fn(*args)``; with an automatic grid, a composition that does not fit the budget
+        coarsens the grid (flagged) and retries."""
+        for _ in range(MAX_COARSEN):
+            try:
+                return fn(*args)
+            except MemoryError as e:  # GridTooLargeError, or numpy running out under a memory cap
+                if self._interval_opt is not None or self._bins_explicit or \
+                        (not isinstance(e, GridTooLargeError) and self.interval <= 0):
+                    raise
+                self._coarsen()
+        # no grid fits the budget at any spacing (e.g. 10^8 steps of a two-atom pair: the
+        # composed support alone exceeds it): the trivial certified interval, flagged
+        warnings.warn("pldlib: no grid within the memory budget resolves this composition; answering with "
+                      "the trivial certified interval", AccuracyLimitedWarning, stacklevel=4)
+        self.accuracy_limited = True
+        x = np.asarray(args[0], dtype=float)
+        if fn == self._epsilon:
+            return np.full(x.shape, -np.inf), np.full(x.shape, np.inf)
+        return np.zeros(x.shape), np.ones(x.shape)

@@ -32,7 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.fft as sfft
 
-from .._validate import GridTooLargeError  # noqa: F401  (re-exported)
+from .._validate import GridTooLargeError, PrecisionLimitError  # noqa: F401  (re-exported)
+
+
+class UntiltError(PrecisionLimitError, ValueError):
+    """The tilt is too large for float-accurate untilting (a documented precision limit;
+    still a ValueError for callers that caught the former ValueError)."""
 from .grid import DiscretePLD, GridMeasure
 
 __all__ = ["compose", "Composition", "DEFAULT_ALIAS_TOL", "DEFAULT_MAX_BINS", "GridTooLargeError"]
@@ -481,7 +486,8 @@ def compose(
         )
     span = max(abs(w_lo), abs(w_hi)) * h
     if theta * span > 1.01 * MAX_TILT_EXPONENT:
-        raise ValueError(f"theta={theta:.3g} is too large for float-accurate untilting over eps up to {span:.3g}")
+        raise UntiltError(f"theta={theta:.3g} is too large for float-accurate untilting over eps up to {span:.3g} "
+                          f"(floor: theta * |eps| <= {MAX_TILT_EXPONENT:.3g})")
     N = sfft.next_fast_len(need, real=True)
     # upper side
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)

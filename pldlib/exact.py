@@ -1,0 +1,551 @@
+"""Exact answers where the composed maths is closed-form (docs/MATH.md section 12).
+
+Three parts of a composition are handled here without any discretisation:
+
+* **Unsampled Gaussian steps** (any sigmas, any counts): the privacy loss of
+  ``k_i`` runs of ``N(0, sigma_i^2)`` vs ``N(c, sigma_i^2)`` is Gaussian, so the
+  composition is one Gaussian pair with ``mu^2 = c^2 sum_i k_i / sigma_i^2``
+  (c = 2 for substitution, 1 otherwise) and
+
+      delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2),
+
+  evaluated in log space (``log_ndtr``) with a floating-point error bound, so
+  the answer is an interval ``[lower, upper]`` as narrow as round-off allows.
+* **The delta0 of (eps0, delta0)-DP steps**: the dominating pair of
+  (eps0, delta0)-DP puts mass delta0 at loss +inf and is otherwise the pair of
+  eps0-randomized response.  The +inf masses of all steps combine exactly:
+  ``D = 1 - prod_i (1 - delta0_i)^{k_i}`` and the composed curve is
+  ``D + (1 - D) delta_rest(eps)`` for the rest of the composition.
+* **Randomized response / (eps0, delta0)-DP of one eps0** (``K`` steps): the loss
+  is ``(2J - K) eps0`` with ``J ~ Binomial(K, p)``, ``p = e^eps0 / (1 + e^eps0)``;
+  its curve is summed exactly over the binomial terms that matter (log-space
+  pmf by Loader's saddle-point form, error bounded term by term), and the
+  mass left out is bounded by Hoeffding's inequality.  Enumeration is used
+  while the window fits ``MAX_TERMS`` terms (K up to about 10^10 at eps0 near 0,
+  any K at large eps0); beyond that the steps go to the PLD discretisation.
+
+Every function returns certified bounds (lower <= truth <= upper).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import special
+
+from . import _validate as V
+from . import events as E
+
+__all__ = ["GaussianExact", "BinomialExact", "IdentityExact", "split_exact", "ExactSplit", "MAX_TERMS"]
+
+U = 2.0 ** -53
+#: largest number of binomial terms enumerated for one randomized-response group
+MAX_TERMS = 4_000_000
+_LOG_TINY = -740.0
+
+
+def _widen(x, rel, absolute=0.0):
+    """(x - err, x + err) with err = rel |x| + absolute (arrays)."""
+    err = rel * np.abs(x) + absolute
+    return x - err, x + err
+
+
+# -- Gaussian -----------------------------------------------------------------------
+class GaussianExact:
+    """The pair N(0, 1) vs N(mu, 1) (the composition of unsampled Gaussian steps).
+
+    ``log_delta_bounds(eps)`` gives certified (lower, upper) bounds on ln delta(eps):
+    the central value is computed with ``log_ndtr`` and widened by a bound on the
+    propagated round-off: the arguments ``a = -eps/mu +- mu/2`` carry an absolute
+    error of at most 4u(|eps|/mu + mu) (u = 2^-53), which ``log Phi`` amplifies by at
+    most ``max(1, |a| + 1)`` (its derivative), plus 16u relative in each ``log_ndtr``;
+    an absolute error e of ``d = lb - la`` moves ``ln(-expm1(d))`` by at most
+    ``e * e^d / (1 - e^d)`` (its derivative; docs/MATH.md section 12).
+    """
+
+    def __init__(self, mu: float):
+        self.mu = float(mu)
+        if not (self.mu > 0 and math.isfinite(self.mu)):
+            raise ValueError(f"mu must be positive and finite, got {mu!r}")
+
+    def log_delta_bounds(self, eps):
+        eps = np.asarray(eps, dtype=float)
+        mu = self.mu
+        a1 = -eps / mu + mu / 2
+        a2 = -eps / mu - mu / 2
+        err_a = 4 * U * (np.abs(eps) / mu + mu) + 1e-300
+        la = special.log_ndtr(a1)
+        lb = special.log_ndtr(a2) + eps
+        err_la = err_a * (np.maximum(-a1, 0) + 1.0) + 16 * U * np.abs(la) + 4 * U
+        err_lb = err_a * (np.maximum(-a2, 0) + 1.0) + 16 * U * np.abs(lb) + 8 * U * np.abs(eps) + 4 * U
+        d = np.minimum(lb - la, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            em = -np.expm1(d)
+            amp = np.where(d < 0, np.exp(d) / np.maximum(em, 1e-300), np.inf)
+            log_em = np.log(em)
+            c = la + log_em
+        err = err_la + (err_la + err_lb) * amp + 8 * U * (np.abs(c) + 1)
+        lo = np.where(np.isfinite(c), c - err, -np.inf)
+        with np.errstate(invalid="ignore"):
+            hi = np.where(np.isfinite(err) & np.isfinite(c), c + err, np.minimum(la + err_la, 0.0))
+        hi = np.where(np.isnan(hi), 0.0, hi)  # no bound: the trivial ln 1
+        return lo, np.minimum(hi, 0.0)
+
+    def delta_bounds(self, eps):
+        lo, hi = self.log_delta_bounds(eps)
+        with np.errstate(under="ignore"):
+            return np.exp(lo) * (1 - 4 * U), np.minimum(np.exp(hi) * (1 + 4 * U), 1.0)
+
+    def epsilon_bounds(self, deltas):
+        """Certified (lower, upper) of eps(delta): the largest eps with
+        lower-bound delta >= delta and the smallest with upper-bound delta <= delta
+        (delta is strictly decreasing in eps), found by bisection on the bounds."""
+        deltas = np.asarray(deltas, dtype=float)
+        lo = np.empty(deltas.shape)
+        hi = np.empty(deltas.shape)
+        for i, d in np.ndenumerate(deltas):
+            lo[i], hi[i] = self._eps_one(float(d))
+        return lo, hi
+
+    def _eps_one(self, delta):
+        ld = math.log(delta)
+        mu = self.mu
+
+        def f_hi(e):  # upper bound on ln delta(e) minus ln delta
+            return float(self.log_delta_bounds(e)[1]) - ld
+
+        def f_lo(e):
+            return float(self.log_delta_bounds(e)[0]) - ld
+
+        # bracket: delta(eps) <= exp(-(eps - mu^2/2)^2 / (2 mu^2)) for eps >= mu^2/2
+        c = mu * mu / 2
+        top = c + mu * math.sqrt(2 * max(-ld, 0.0) + 2) + 1.0
+        bot = c - mu * math.sqrt(2 * max(-math.log1p(-delta), 1e-300) + 2 * abs(ld) + 50) - 1.0
+        bot = min(bot, -1.0)
+        for _ in range(64):
+            if not f_hi(top) > 0:
+                break
+            top = top + abs(top) + 1.0
+        for _ in range(64):
+            if not f_lo(bot) < 0:
+                break
+            bot = bot - abs(bot) - 1.0
+        if not (math.isfinite(top) and math.isfinite(bot)) or f_hi(top) > 0:
+            raise V.PrecisionLimitError(f"delta={delta:.3g}: the Gaussian profile with mu={mu:.3g} cannot be "
+                                        "inverted in floating point (floor: eps up to 1.8e308)")
+        # upper: smallest e with f_hi(e) <= 0 (f_hi non-increasing up to round-off; the
+        # returned point itself satisfies the predicate, which is all the certificate needs)
+        e_hi = _bisect(f_hi, bot, top, want_le=True)
+        e_lo = _bisect(f_lo, bot, top, want_le=False)
+        return min(e_lo, e_hi), e_hi
+
+
+def _bisect(f, a, b, want_le):
+    """want_le: the smallest x in [a, b] found with f(x) <= 0 (b satisfies it);
+    otherwise the largest x with f(x) >= 0 (a satisfies it).  Returns a point where the
+    predicate was verified."""
+    for _ in range(200):
+        m = 0.5 * (a + b)
+        if m <= a or m >= b:
+            break
+        fm = f(m)
+        if want_le:
+            if fm <= 0:
+                b = m
+            else:
+                a = m
+        else:
+            if fm >= 0:
+                a = m
+            else:
+                b = m
+        if b - a <= 2 * U * max(abs(a), abs(b)):
+            break
+    return b if want_le else a
+
+
+# -- identity (nothing but +inf masses) -------------------------------------------------
+class IdentityExact:
+    """The pair P = Q: delta(eps) = (1 - e^eps)_+, eps(delta) = ln(1 - delta) (<= 0)."""
+
+    def delta_bounds(self, eps):
+        eps = np.asarray(eps, dtype=float)
+        v = np.where(eps < 0, -np.expm1(np.minimum(eps, 0.0)), 0.0)
+        return v * (1 - 4 * U), np.minimum(v * (1 + 4 * U), 1.0)
+
+    def epsilon_bounds(self, deltas):
+        e = np.log1p(-np.asarray(deltas, dtype=float))
+        return e - 4 * U * np.abs(e), np.minimum(e + 4 * U * np.abs(e), 0.0)
+
+
+# -- randomized response ----------------------------------------------------------------
+def _stirlerr(n):
+    """ln(n!) - ln(sqrt(2 pi n) (n/e)^n) for n >= 1 (Loader 2000), vectorised."""
+    n = np.asarray(n, dtype=float)
+    out = np.empty(n.shape)
+    small = n <= 15
+    if small.any():
+        ns = n[small]
+        out[small] = special.gammaln(ns + 1) - (ns + 0.5) * np.log(ns) + ns - 0.5 * math.log(2 * math.pi)
+    big = ~small
+    if big.any():
+        nn = n[big] * n[big]
+        x = n[big]
+        out[big] = (1 / 12 - (1 / 360 - (1 / 1260 - (1 / 1680 - 1 / (1188 * nn)) / nn) / nn) / nn) / x
+    return out
+
+
+def _bd0(x, M):
+    """x ln(x / M) + M - x >= 0, accurate also when x is near M (series in v = (x-M)/M)."""
+    x = np.asarray(x, dtype=float)
+    M = np.asarray(M, dtype=float) + 0 * x
+    v = (x - M) / M
+    out = np.empty(x.shape)
+    s = np.abs(v) < 0.1
+    if s.any():
+        vs = v[s]
+        acc = np.zeros(vs.shape)
+        term = vs * vs
+        for n in range(2, 40):
+            acc += term / (n * (n - 1)) * (1 if n % 2 == 0 else -1)
+            term = term * vs
+        out[s] = M[s] * acc
+    b = ~s
+    if b.any():
+        xb, Mb = x[b], M[b]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[b] = np.where(xb > 0, xb * np.log(xb / Mb), 0.0) + Mb - xb
+    return out
+
+
+def binom_logpmf(j, K: int, p: float, q: float):
+    """(ln b_j, bound on its absolute error) for j ~ Binomial(K, p) (q = 1 - p given
+    separately for accuracy), by Loader's saddle-point form
+    ln b = stirlerr(K) - stirlerr(j) - stirlerr(K-j) - bd0(j, Kp) - bd0(K-j, Kq)
+           + 0.5 ln(K / (2 pi j (K - j)))   (0 < j < K).
+    The error bound: 16u times the sum of the magnitudes, plus 8u |j - Kp| (the
+    rounding of Kp, and of Kq, moves each bd0 by at most |d bd0/dM| 4u M = 4u |j - M|)."""
+    j = np.asarray(j, dtype=float)
+    Kf = float(K)
+    M1, M2 = Kf * p, Kf * q
+    out = np.empty(j.shape)
+    err = np.empty(j.shape)
+    inner = (j > 0) & (j < Kf)
+    if inner.any():
+        ji = j[inner]
+        s0 = _stirlerr(np.array([Kf]))[0] if Kf >= 1 else 0.0
+        sj, sk = _stirlerr(ji), _stirlerr(Kf - ji)
+        b1, b2 = _bd0(ji, M1), _bd0(Kf - ji, M2)
+        lg = 0.5 * (math.log(Kf) - np.log(2 * math.pi * ji) - np.log(Kf - ji))
+        out[inner] = s0 - sj - sk - b1 - b2 + lg
+        err[inner] = 16 * U * (abs(s0) + np.abs(sj) + np.abs(sk) + b1 + b2 + np.abs(lg) + 1) \
+            + 8 * U * np.abs(ji - M1) + 1e-15
+    e0 = j == 0
+    out[e0] = Kf * math.log(q) if q > 0 else -np.inf
+    # (p and q carry a relative error <= 4u: ln moves by <= 4u per factor, K factors)
+    err[e0] = 4 * U * (Kf + abs(Kf * math.log(q))) + 4 * U if q > 0 else 0.0
+    eK = j == Kf
+    out[eK] = Kf * math.log(p) if p > 0 else -np.inf
+    err[eK] = 4 * U * (Kf + abs(Kf * math.log(p))) + 4 * U if p > 0 else 0.0
+    return out, err
+
+
+class BinomialExact:
+    """K steps of eps0-randomized response: loss (2J - K) eps0, J ~ Binomial(K, p).
+
+    delta(eps) = sum_j b_j (1 - e^{eps - l_j})_+  summed over the window
+    [j_lo, j_hi] around the mean (beyond it at most ``tail`` of the mass: Hoeffding,
+    P(|J - Kp| >= t) <= 2 exp(-2 t^2 / K)); the upper bound adds ``tail``.  Terms whose
+    log pmf is below ``_LOG_TINY`` relative to 1 are dropped into the same bound.
+    """
+
+    def __init__(self, eps0: float, K: int, log_tail: float = 700.0):
+        self.eps0 = float(eps0)
+        self.K = int(K)
+        e0 = self.eps0
+        self.p = 1.0 / (1.0 + math.exp(-e0))
+        self.q = 1.0 / (1.0 + math.exp(e0))
+        K = self.K
+        mean = K * self.p
+        # window half-width t: Hoeffding bound 2 exp(-2 t^2 / K) <= 2 e^-log_tail
+        t = math.ceil(math.sqrt(0.5 * K * log_tail)) + 2
+        j_lo = max(0, int(math.floor(mean - t)))
+        j_hi = min(K, int(math.ceil(mean + t)))
+        self.tail = 0.0 if (j_lo == 0 and j_hi == K) else 2 * math.exp(-log_tail)
+        j = np.arange(j_lo, j_hi + 1, dtype=float)
+        lp, le = binom_logpmf(j, K, self.p, self.q)
+        keep = lp + le > _LOG_TINY
+        if not keep.all():
+            # dropped terms: fewer than K+1, each below e^_LOG_TINY
+            self.tail += (K + 1) * math.exp(_LOG_TINY)
+            j, lp, le = j[keep], lp[keep], le[keep]
+        self.j = j
+        self.loss = (2 * j - K) * e0  # 2j - K exact (|2j - K| < 2^53), one rounding
+        with np.errstate(under="ignore"):
+            self.m_lo = np.exp(lp - le) * (1 - 4 * U)
+            self.m_hi = np.exp(lp + le) * (1 + 4 * U)
+        self._suffix = {}
+
+    @staticmethod
+    def n_terms(eps0: float, K: int, log_tail: float = 700.0) -> int:
+        t = math.ceil(math.sqrt(0.5 * K * log_tail)) + 2
+        return min(K + 1, 2 * t + 1)
+
+    def _sums(self, m):
+        """Suffix sums A_i = sum_{j>=i} m_j, and B_i = sum_{j>=i} m_j e^{l_i - l_j}, via
+        discounted blocks (no overflow)."""
+        key = id(m)
+        if key not in self._suffix:
+            A = np.cumsum(m[::-1])[::-1]
+            h = 2 * self.eps0
+            # B_i = m_i + e^{-h} B_{i+1}: blocks as in GridMeasure
+            B = _disc(m, h)
+            self._suffix[key] = (A, B)
+        return self._suffix[key]
+
+    def _delta_with(self, m, eps, upper):
+        A, B = self._sums(m)
+        n = m.size
+        i = np.searchsorted(self.loss, eps, side="right")  # first loss > eps
+        ii = np.minimum(i, n - 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            val = A[ii] - np.exp(eps - self.loss[ii]) * B[ii]
+        val = np.where(i >= n, 0.0, val)
+        # rounding: sums of non-negative terms (relative n u), the exponent (u (|eps| + |l|))
+        nerr = 2 * (math.log2(n + 1) + 4) * U
+        if upper:
+            val = val * (1 + nerr) + np.where(i < n, 4 * U * (np.abs(eps) + np.abs(self.loss[ii]) + 1) * A[ii], 0)
+            return np.minimum(val + self.tail, 1.0)
+        val = val * (1 - nerr) - np.where(i < n, 4 * U * (np.abs(eps) + np.abs(self.loss[ii]) + 1) * A[ii], 0)
+        return np.maximum(val, 0.0)
+
+    def delta_bounds(self, eps):
+        eps = np.asarray(eps, dtype=float)
+        lo = self._delta_with(self.m_lo, eps, False)
+        hi = self._delta_with(self.m_hi, eps, True)
+        # for eps < -K eps0 the truth is 1 - e^eps (every loss is above eps)
+        return lo, hi
+
+    def epsilon_bounds(self, deltas):
+        deltas = np.asarray(deltas, dtype=float)
+        lo = np.empty(deltas.shape)
+        hi = np.empty(deltas.shape)
+        for idx, d in np.ndenumerate(deltas):
+            lo[idx] = self._eps_one(float(d), upper=False)
+            hi[idx] = self._eps_one(float(d), upper=True)
+        return np.minimum(lo, hi), hi
+
+    def _eps_one(self, d, upper):
+        """upper: smallest eps with delta_hi(eps) <= d; else largest eps with delta_lo(eps) >= d."""
+        f = (lambda e: float(self._delta_with(self.m_hi, np.array([e]), True)[0]) - d) if upper else \
+            (lambda e: float(self._delta_with(self.m_lo, np.array([e]), False)[0]) - d)
+        top = float(self.loss[-1]) + 1.0
+        if upper and f(top) > 0:
+            return math.inf  # the bound never drops to d (tail term)
+        bot = float(self.loss[0]) - 1.0
+        while f(bot) < 0:
+            if bot < -1e300:
+                return -math.inf
+            bot = bot * 2 - 1.0
+        if not upper and f(top) >= 0:
+            return top
+        return _bisect(f, bot, top, want_le=upper)
+
+
+def _disc(m, h):
+    """B_i = sum_{j >= i} m_j e^{-(j - i) h} for non-negative m (a right-to-left pass in blocks)."""
+    n = m.size
+    L = max(1, min(n, int(30.0 / h)))
+    nb = -(-n // L)
+    Mx = np.zeros(nb * L)
+    Mx[:n] = m
+    Mx = Mx.reshape(nb, L)
+    w = np.exp(-h * np.arange(L))
+    local = np.cumsum((Mx * w)[:, ::-1], axis=1)[:, ::-1] / w
+    if nb > 1:
+        gap = math.exp(-h) * w[::-1]
+        carry = 0.0
+        for k in range(nb - 1, -1, -1):
+            if carry:
+                local[k] += gap * carry
+            carry = local[k, 0]
+    return local.reshape(-1)[:n].copy()
+
+
+# -- splitting a composition ---------------------------------------------------------------
+@dataclass
+class ExactSplit:
+    """A composition split into exact parts and the rest (docs/MATH.md section 12).
+
+    ``gauss_inv_var``: sum k / sigma^2 over unsampled Gaussian steps (0: none; the
+    relation's factor c is applied by the caller: mu = c sqrt(gauss_inv_var));
+    ``log_keep``: sum k ln(1 - delta0) over (eps0, delta0)-DP steps (the +inf mass is
+    D = 1 - e^log_keep); ``rr``: {eps0: count} of randomized-response pairs (from RR
+    events and from (eps0 > 0, delta0) steps); ``rest``: the other (event, count) pairs.
+    """
+
+    gauss_inv_var: float = 0.0
+    gauss_terms: int = 0
+    gauss_steps: list = field(default_factory=list)
+    log_keep: float = 0.0
+    keep_terms: int = 0
+    rr: dict = field(default_factory=dict)
+    rest: list = field(default_factory=list)
+
+    def pinf_bounds(self):
+        """Certified (lower, upper) of D = 1 - prod (1 - delta0)^k."""
+        if self.keep_terms == 0:
+            return 0.0, 0.0
+        D = -math.expm1(self.log_keep)
+        rel = (4 * self.keep_terms + 8) * U
+        err = rel * abs(self.log_keep) * max(1.0, 1 - D) + 4 * U * D
+        return max(D - err, 0.0), min(D + err, 1.0)
+
+
+def split_exact(components, relation: str) -> ExactSplit:
+    """Split ``components`` ([(step_event, count)]) into the parts of :class:`ExactSplit`."""
+    out = ExactSplit()
+    for ev, k in components:
+        if isinstance(ev, E.GaussianEvent):
+            out.gauss_inv_var += k / ev.sigma**2
+            out.gauss_terms += 1
+            out.gauss_steps.append((ev.sigma, k))
+        elif isinstance(ev, E.ApproxDPEvent):
+            if ev.delta0 > 0:
+                out.log_keep += k * math.log1p(-ev.delta0)
+                out.keep_terms += 1
+            if ev.eps0 > 0:
+                out.rr[ev.eps0] = out.rr.get(ev.eps0, 0) + k
+        elif isinstance(ev, E.RandomizedResponseEvent):
+            out.rr[ev.eps0] = out.rr.get(ev.eps0, 0) + k
+        else:
+            out.rest.append((ev, k))
+    return out
+
+
+def combined_sigma(split: ExactSplit) -> float:
+    """sigma of the one Gaussian step equal to all unsampled Gaussian steps:
+    1 / sqrt(sum k / sigma^2) (a single step with count 1 is kept as given, so that
+    composing by hand and composing the list give the same float)."""
+    if len(split.gauss_steps) == 1 and split.gauss_steps[0][1] == 1:
+        return float(split.gauss_steps[0][0])
+    return 1.0 / math.sqrt(split.gauss_inv_var)
+
+
+def gaussian_exact(sigma: float, c: float, terms: int) -> "GaussianPair":
+    """The combined Gaussian pair, mu = c / sigma, with its rounding folded into the
+    bounds: the sum of ``terms`` positive terms, the square root and the divisions carry
+    a relative error below (terms + 8) u; the margin used is the same for every list of
+    up to 56 terms, (max(terms, 56) + 8) 2u, so hand-combined and listed steps agree."""
+    return GaussianPair(c / sigma, (max(terms, 56) + 8) * 2 * U)
+
+
+class GaussianPair:
+    """The Gaussian pair with mu known to relative accuracy ``rel``: delta(eps) is
+    increasing in mu, so the bounds are those of mu(1 - rel) (lower) and mu(1 + rel)
+    (upper)."""
+
+    def __init__(self, mu: float, rel: float):
+        self.mu = mu
+        self.lo = GaussianExact(mu * (1 - rel))
+        self.hi = GaussianExact(mu * (1 + rel))
+
+    def delta_bounds(self, eps):
+        return self.lo.delta_bounds(eps)[0], self.hi.delta_bounds(eps)[1]
+
+    def epsilon_bounds(self, deltas):
+        return self.lo.epsilon_bounds(deltas)[0], self.hi.epsilon_bounds(deltas)[1]
+
+
+class PinfWrapped:
+    """``D + (1 - D) curve(eps)`` for a +inf mass D in [D_lo, D_hi] and a base pair with
+    certified ``delta_bounds`` / ``epsilon_bounds``, or a callable pair of those."""
+
+    def __init__(self, D_bounds, delta_fn, eps_fn):
+        self.D_lo, self.D_hi = D_bounds
+        self._delta, self._eps = delta_fn, eps_fn
+
+    def delta_bounds(self, eps):
+        lo, hi = self._delta(eps)
+        lo = self.D_lo + (1 - self.D_lo) * lo
+        hi = self.D_hi + (1 - self.D_hi) * hi
+        return np.maximum(lo * (1 - 4 * U), 0.0), np.minimum(hi * (1 + 4 * U), 1.0)
+
+    def epsilon_bounds(self, deltas):
+        deltas = np.asarray(deltas, dtype=float)
+        if self.D_hi == 0.0:
+            return self._eps(deltas)
+        # t(delta, D) = (delta - D) / (1 - D) is decreasing in D; eps is decreasing in t
+        t_small = (deltas - self.D_hi) / (1 - self.D_hi) * (1 - 4 * U) - 4 * U * self.D_hi
+        t_big = (deltas - self.D_lo) / (1 - self.D_lo) * (1 + 4 * U) + 4 * U * self.D_lo
+        up = np.full(deltas.shape, np.inf)
+        lo = np.full(deltas.shape, np.inf)
+        ok_u = t_small > 0
+        ok_l = t_big > 0
+        if ok_u.any():
+            up[ok_u] = self._eps(np.minimum(t_small[ok_u], 1.0))[1]
+        if ok_l.any():
+            lo[ok_l] = self._eps(np.minimum(t_big[ok_l], np.nextafter(1.0, 0)))[0]
+        return np.minimum(lo, up), up
+
+
+class GaussRRExact:
+    """An unsampled Gaussian pair (mu) composed with K steps of eps0-randomized response:
+    the loss is L_G + (2J - K) eps0, so delta(eps) = sum_j b_j delta_G(eps - l_j)
+    exactly (docs/MATH.md section 12).  Bounds: the binomial window of
+    :class:`BinomialExact` (masses bounded term by term, left-out mass <= its ``tail``,
+    added to the upper bound since delta_G <= 1) times the Gaussian bounds."""
+
+    def __init__(self, gauss: "GaussianPair", eps0: float, K: int):
+        self.g = gauss
+        # left-out binomial mass <= 2 e^-120 (1e-52): negligible against any delta >= 1e-40
+        self.b = BinomialExact(eps0, K, log_tail=GAUSS_RR_LOG_TAIL)
+
+    def delta_bounds(self, eps):
+        eps = np.atleast_1d(np.asarray(eps, dtype=float))
+        lo = np.empty(eps.shape)
+        hi = np.empty(eps.shape)
+        n = self.b.loss.size
+        for idx, e in np.ndenumerate(eps):
+            gl, gh = self.g.delta_bounds(e - self.b.loss)
+            s_lo = float(np.sum(self.b.m_lo * gl))
+            s_hi = float(np.sum(self.b.m_hi * gh))
+            nerr = (n + 4) * U
+            lo[idx] = max(s_lo * (1 - nerr), 0.0)
+            hi[idx] = min(s_hi * (1 + nerr) + self.b.tail, 1.0)
+        return lo, hi
+
+    def epsilon_bounds(self, deltas):
+        deltas = np.asarray(deltas, dtype=float)
+        lo = np.empty(deltas.shape)
+        hi = np.empty(deltas.shape)
+        mu = self.g.mu
+        for idx, d in np.ndenumerate(deltas):
+            d = float(d)
+            fu = lambda e: float(self.delta_bounds(e)[1][0]) - d  # noqa: E731
+            fl = lambda e: float(self.delta_bounds(e)[0][0]) - d  # noqa: E731
+            top = float(self.b.loss[-1]) + mu * mu / 2 + 40 * mu + 40
+            bot = float(self.b.loss[0]) - mu * mu / 2 - 40 * mu - 40
+            for _ in range(64):
+                if not fu(top) > 0:
+                    break
+                top += abs(top) + 1
+            for _ in range(64):
+                if not fl(bot) < 0:
+                    break
+                bot -= abs(bot) + 1
+            if fu(top) > 0:
+                hi[idx] = math.inf
+                lo[idx] = _bisect(fl, bot, top, want_le=False) if fl(top) < 0 else top
+                continue
+            hi[idx] = _bisect(fu, bot, top, want_le=True)
+            lo[idx] = _bisect(fl, bot, top, want_le=False)
+        return np.minimum(lo, hi), hi
+
+    @staticmethod
+    def fits(eps0, K) -> bool:
+        return BinomialExact.n_terms(eps0, K, GAUSS_RR_LOG_TAIL) <= 60_000
+
+
+GAUSS_RR_LOG_TAIL = 120.0
