@@ -68,3 +68,28 @@ def test_bad_input():
     acc = pldlib.PLDAccountant("add_remove").compose(ev, 2).compose(ev, 2)
     one = pldlib.PLDAccountant("add_remove").compose(ev, 4)
     assert acc.epsilon(1e-5) == one.epsilon(1e-5)
+
+
+def test_max_coordinate_profile_against_numerical_integration():
+    """delta of the max-of-coordinates pair vs trapezoid integration of the two densities
+    (from the closed-form CDFs, independent of the loss inversion)."""
+    from pldlib.sampling.allocation import MaxCoordinateProfile
+
+    s, t = 0.8, 4
+    m = np.linspace(-15, 20, 200001)
+    pd = np.gradient(norm.cdf(m / s) ** (t - 1) * norm.cdf((m - 1) / s), m)
+    qd = np.gradient(norm.cdf(m / s) ** t, m)
+    got = MaxCoordinateProfile(s, t).delta([0.5, 1.0, 2.0])
+    for e, g in zip([0.5, 1.0, 2.0], got):
+        want = np.trapezoid(np.maximum(pd - np.exp(e) * qd, 0), m)
+        assert abs(g - want) < 1e-6 * max(want, 1e-3)
+
+
+def test_max_coordinate_lower_is_between_sum_lower_and_monte_carlo():
+    from pldlib.sampling.allocation import max_coordinate_lower
+
+    t, sigma, epochs = 4, 0.8, 1
+    acc = pldlib.account(pldlib.Gaussian(sigma=sigma, q=1 / t, sampling="random_allocation"), steps=t)
+    lo = max_coordinate_lower(sigma, t, epochs, 1e-3)
+    iv = acc.epsilon(1e-3)
+    assert iv.lower <= lo <= iv.upper
