@@ -1,4 +1,4 @@
-"""Random allocation and shuffle (pldlib/sampling/allocation.py, docs/MATH.md section "Random allocation and shuffling")."""
+"""Random allocation and shuffle (pldlib/sampling/allocation.py, docs/MATH.md section 13)."""
 import math
 
 import numpy as np

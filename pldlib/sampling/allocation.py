@@ -1,5 +1,5 @@
 """Random allocation ("balls in bins") and shuffling: every record in exactly one of
-the t = 1/q batches of an epoch (docs/MATH.md section "Random allocation and shuffling").
+the t = 1/q batches of an epoch (docs/MATH.md section 13).
 
 ``steps`` counts steps and must be a whole number of epochs of t = 1/q steps
 (:meth:`SamplingScheme.steps_multiple`, checked by every accountant's ``compose``).
@@ -75,7 +75,7 @@ from ..profiles.base import PrivacyProfile  # noqa: E402
 class MaxCoordinateProfile(PrivacyProfile):
     """Remove-direction pair of M = max of the t noisy batch sums of one epoch (one record,
     sensitivity 1, noise s = sigma): P(M <= m) = Phi(m/s)^(t-1) Phi((m-1)/s) against
-    Q(M <= m) = Phi(m/s)^t (docs/MATH.md section 12).  An exact post-processing of the
+    Q(M <= m) = Phi(m/s)^t (docs/MATH.md section 13).  An exact post-processing of the
     random-allocation (or shuffled-epoch) pair, so composing it (optimistic PLD side) over
     epochs certifies a **lower** bound.  The loss L(m) = log(((t-1)/t) Phi((m-1)/s)/Phi(m/s)
     + exp((2m-1)/(2 s^2))/t) is increasing in m (Phi log-concave); it is inverted by
