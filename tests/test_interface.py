@@ -107,6 +107,7 @@ def test_sampling_names_are_read_from_one_registry():
     import sweeps.config
     from pldlib import cli
 
-    assert sweeps.config.SAMPLINGS == cli.SAMPLINGS == sampling.sampling_names() == ("none", "poisson", "wor")
+    assert sweeps.config.SAMPLINGS == cli.SAMPLINGS == sampling.sampling_names()
+    assert sampling.sampling_names()[:3] == ("none", "poisson", "wor")
     with pytest.raises(ValueError, match="scheme"):
         E.Sampled(E.GaussianEvent(1.0), 0.5, "shuffled")

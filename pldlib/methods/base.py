@@ -230,6 +230,10 @@ class Accountant:
             return
         if not self._steps:
             raise ValueError(f"{self.method}: nothing composed yet: call compose(event, count) first")
+        from ..sampling.base import check_steps
+
+        for s, k in self._steps:  # per-epoch schemes: whole epochs only (sampling/base.py)
+            check_steps(s.event, k)
         before = set(self.__dict__)
         self._building = True
         try:

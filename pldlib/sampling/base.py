@@ -18,7 +18,7 @@ from .. import events as E
 from ..profiles.pairs import Branch, UnsupportedEventError, unsampled_branches
 
 __all__ = ["SamplingScheme", "register", "get_scheme", "scheme_names", "sampling_names", "dominating_pairs",
-           "directions", "NO_SAMPLING"]
+           "directions", "check_steps", "NO_SAMPLING"]
 
 #: the sampling name of an unsampled step (every record is used)
 NO_SAMPLING = "none"
@@ -34,6 +34,11 @@ class SamplingScheme:
 
     def branches(self, event, q: float, relation: str) -> list[Branch]:
         raise NotImplementedError
+
+    def steps_multiple(self, q: float) -> int:
+        """The step count of a step sampled at rate q must be a multiple of this (1: any
+        count; a scheme whose per-step pairs are only valid over whole epochs returns t)."""
+        return 1
 
     def __repr__(self) -> str:
         return f"<sampling scheme {self.name!r}: {self.summary}>"
@@ -79,6 +84,16 @@ def dominating_pairs(step, relation: str) -> list[Branch]:
     if not isinstance(step, E.BaseEvent):
         raise TypeError(f"not a single-step event: {step!r}")
     return unsampled_branches(step, relation)
+
+
+def check_steps(step, count: int) -> None:
+    """ValueError naming ``steps`` if ``count`` runs of ``step`` are not a whole number
+    of the scheme's epochs (:meth:`SamplingScheme.steps_multiple`)."""
+    if isinstance(step, E.Sampled) and step.q < 1.0:
+        t = get_scheme(step.scheme).steps_multiple(step.q)
+        if count % t:
+            raise ValueError(f"steps: sampling {step.scheme!r} is accounted per epoch of t={t} steps; "
+                             f"steps must be a multiple of t, got {count}")
 
 
 def directions(family, q: float, relation: str) -> list[Branch]:
