@@ -36,6 +36,7 @@ from scipy import special
 
 from . import _validate as V
 from . import events as E
+from .pld.grid import _discounted_tail_sums
 
 __all__ = ["GaussianExact", "BinomialExact", "IdentityExact", "split_exact", "ExactSplit", "MAX_TERMS"]
 
@@ -300,7 +301,7 @@ class BinomialExact:
             A = np.cumsum(m[::-1])[::-1]
             h = 2 * self.eps0
             # B_i = m_i + e^{-h} B_{i+1}: blocks as in GridMeasure
-            B = _disc(m, h)
+            B = _discounted_tail_sums(m, h)
             self._suffix[key] = (A, B)
         return self._suffix[key]
 
@@ -351,26 +352,6 @@ class BinomialExact:
         if not upper and f(top) >= 0:
             return top
         return _bisect(f, bot, top, want_le=upper)
-
-
-def _disc(m, h):
-    """B_i = sum_{j >= i} m_j e^{-(j - i) h} for non-negative m (a right-to-left pass in blocks)."""
-    n = m.size
-    L = max(1, min(n, int(30.0 / h)))
-    nb = -(-n // L)
-    Mx = np.zeros(nb * L)
-    Mx[:n] = m
-    Mx = Mx.reshape(nb, L)
-    w = np.exp(-h * np.arange(L))
-    local = np.cumsum((Mx * w)[:, ::-1], axis=1)[:, ::-1] / w
-    if nb > 1:
-        gap = math.exp(-h) * w[::-1]
-        carry = 0.0
-        for k in range(nb - 1, -1, -1):
-            if carry:
-                local[k] += gap * carry
-            carry = local[k, 0]
-    return local.reshape(-1)[:n].copy()
 
 
 # -- splitting a composition ---------------------------------------------------------------
