@@ -195,10 +195,31 @@ def get_noise_multiplier(*, target_epsilon: float, target_delta: float, sample_r
     (or ``"pld"``); Opacus' ``"rdp"``, ``"gdp"`` and ``"prv"`` are not certified
     here.  Other keyword arguments go to :func:`pldlib.calibrate` (``sampling``,
     ``relation``, ``tol``, ...); see :func:`pldlib.get_noise_multiplier`.
+
+    Guarantee: both the calibration's certified upper bound and the one that
+    ``OpacusAccountant()`` (default grid) reports for the returned sigma are at most
+    ``target_epsilon``: sigma is raised in 0.1% steps until the latter holds, so a
+    training run accounted with :class:`OpacusAccountant` never reads above the target.
     """
     from ..calibrate import get_noise_multiplier as gnm
 
     if accountant not in (MECHANISM, "pld"):
         raise ValueError(f"accountant: {accountant!r} is not certified here; use {MECHANISM!r}")
-    return gnm(target_epsilon, target_delta, sample_rate, steps=steps, epochs=epochs, accountant="pld",
-               epsilon_tolerance=epsilon_tolerance, **kwargs)
+    if (steps is None) == (epochs is None):
+        raise ValueError("steps/epochs: give exactly one of steps or epochs")
+    q = V.sampling_rate("sample_rate", sample_rate)
+    if steps is None:
+        steps = int(math.ceil(V.positive_finite("epochs", epochs) / q))
+    sigma = gnm(target_epsilon, target_delta, q, steps=steps, accountant="pld",
+                epsilon_tolerance=epsilon_tolerance, **kwargs)
+    # the calibration certifies sigma on its own (finer) grid; make the accountant users train with
+    # (OpacusAccountant() at its default grid) certify it too, so that its reading never exceeds the
+    # target: raise sigma by 0.1% steps while it does (eps falls with sigma; rarely more than 2 steps)
+    acc = OpacusAccountant(relation=kwargs.get("relation", "add_remove"),
+                           sampling=kwargs.get("sampling", "poisson"))
+    for _ in range(100):
+        acc.history = [(sigma, q, steps)]
+        if acc.get_epsilon(target_delta) <= target_epsilon:
+            return sigma
+        sigma *= 1.001
+    raise RuntimeError(f"get_noise_multiplier: the default accountant does not certify sigma {sigma!r}")
