@@ -124,7 +124,7 @@ def test_clt_is_an_estimate_and_spa_stores_its_estimate(client, tmp_path):
     want = np.array([[account_clt(mech, steps=k).epsilon(d).estimate for d in deltas] for k in steps])
     np.testing.assert_allclose(c.eps_estimate.transpose("steps", "delta").values, want, rtol=1e-9)
     s = block(ds, method="spa")
-    lo, est, up = account_spa(mech, on_edge="flag").epsilon_grid(np.array(steps), np.array(deltas))
+    lo, est, up = account_spa(mech, 1, on_edge="flag").epsilon_grid(np.array(steps), np.array(deltas))
     np.testing.assert_allclose(s.eps_estimate.transpose("steps", "delta").values, est, rtol=1e-12)
     np.testing.assert_allclose(s.eps_upper.transpose("steps", "delta").values, up, rtol=1e-12)
     p = block(ds, method="pld")
