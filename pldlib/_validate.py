@@ -145,7 +145,7 @@ def delta_array(name: str, values) -> np.ndarray:
         raise ValueError(f"{name} must be a non-empty list of numbers")
     bad = ~((arr > 0) & (arr < 1))
     if bad.any():
-        raise ValueError(f"{name} must be in (0, 1), got {arr[bad][0]!r}")
+        raise ValueError(f"{name} must be in (0, 1), got {fmt(arr[bad][0])}")
     return arr
 
 
@@ -156,5 +156,5 @@ def epsilon_array(name: str, values) -> np.ndarray:
         raise ValueError(f"{name} must be a non-empty list of numbers")
     bad = ~np.isfinite(arr)
     if bad.any():
-        raise ValueError(f"{name} must be finite, got {arr[bad][0]!r}")
+        raise ValueError(f"{name} must be finite, got {fmt(arr[bad][0])}")
     return arr

@@ -95,7 +95,7 @@ def _seed(mu: float, q: float, steps: int, samp: str, relation: str) -> float:
     return s
 
 
-def calibrate_attack(q: float = 1.0, steps: int = 1, *, tpr_at_fpr=None, advantage=None,
+def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=None, advantage=None,
                      sampling: str = "poisson", relation: str = "add_remove", tol: float = 1e-3,
                      sigma_guess: float | None = None, max_evaluations: int = 40) -> AttackCalibrationResult:
     """Smallest Gaussian noise multiplier whose certified attack bound meets the target.
@@ -117,6 +117,9 @@ def calibrate_attack(q: float = 1.0, steps: int = 1, *, tpr_at_fpr=None, advanta
     from .pld.accountant import account
 
     t0 = time.perf_counter()
+    if steps is None:
+        raise TypeError("steps: required: the number of compositions (e.g. DP-SGD iterations); "
+                        "pass steps=1 for a single release")
     if (tpr_at_fpr is None) == (advantage is None):
         raise ValueError("tpr_at_fpr/advantage: give exactly one attack target")
     if tpr_at_fpr is not None:

@@ -40,6 +40,13 @@ __all__ = ["calibrate", "CalibrationResult", "CalibrationError", "get_noise_mult
 UPPER_EXCESS_SHARE = 0.25
 
 
+#: largest target epsilon :func:`calibrate` accepts (beyond it the noise is so small that single
+#: steps leave the certifiable range; 200 is reached at q = 1 and at q = 0.01 over 100 steps)
+MAX_EPSILON = 200.0
+#: accepted range of the relative tolerance ``tol`` on sigma
+TOL_RANGE = (1e-8, 0.1)
+
+
 class CalibrationError(RuntimeError):
     """No certified sigma could be found within the evaluation budget or the accuracy limits."""
 
@@ -61,7 +68,8 @@ class CalibrationResult:
     evaluations: int
     interval: float
     params: dict = field(default_factory=dict)
-    history: list = field(default_factory=list)
+    #: (sigma, interval, eps lower, eps upper) per evaluation (left out of the repr: it is long)
+    history: list = field(default_factory=list, repr=False)
     seed: str = "gdp"
 
     def as_dict(self) -> dict:
@@ -82,7 +90,9 @@ def _gdp_sigma(epsilon, delta, q, steps) -> float:
     from scipy import optimize  # imported here: it costs ~0.2 s of every command's start-up
 
     def gdp_delta(mu):
-        return special.ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon) * special.ndtr(-epsilon / mu - mu / 2)
+        # e^eps Phi(b) in log space: e^eps alone overflows for eps > 709
+        return special.ndtr(-epsilon / mu + mu / 2) - math.exp(min(epsilon + special.log_ndtr(-epsilon / mu - mu / 2),
+                                                                   700.0))
 
     # mu needed
     lo, hi = 1e-6, 100.0
@@ -133,7 +143,7 @@ def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str
     return s
 
 
-def calibrate(epsilon: float | None = None, delta: float | None = None, q: float = 1.0, steps: int = 1, *,
+def calibrate(epsilon: float | None = None, delta: float | None = None, q: float = 1.0, steps: int | None = None, *,
               sampling: str = "poisson",
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
               interval: float | None = None, table=None, max_evaluations: int = 60,
@@ -147,12 +157,13 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
 
     Parameters
     ----------
-    epsilon, delta : the target (eps > 0, delta in (0, 1))
+    epsilon, delta : the target (eps in (0, 200], delta in (0, 1))
     q : sampling probability in (0, 1]; q = 1 means no subsampling
-    steps : number of compositions
+    steps : number of compositions (required: there is no default, since forgetting it
+        would silently calibrate a single step)
     sampling : 'poisson' or 'wor' (ignored when q = 1)
     relation : 'add', 'remove', 'add_remove' or 'substitution'
-    tol : relative tolerance on sigma (the result is within tol of the true optimum
+    tol : relative tolerance on sigma, in [1e-8, 0.1] (the result is within tol of the true optimum
         when ``sigma_lower`` is not None and ``sigma / sigma_lower <= 1 + tol``, which is
         the normal outcome; a ``sigma_lower`` further away still bounds the optimum)
     sigma_guess : optional starting point (else a lookup table or the GDP estimate)
@@ -172,6 +183,9 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     -------
     CalibrationResult
     """
+    if steps is None:  # no silent 1-step default: a DP-SGD user who forgets it gets far too little noise
+        raise TypeError("steps: required: the number of compositions (e.g. DP-SGD iterations); "
+                        "pass steps=1 for a single release")
     if tpr_at_fpr is not None or advantage is not None:
         if epsilon is not None or delta is not None:
             raise ValueError("epsilon/delta: give either (epsilon, delta) or an attack target "
@@ -181,8 +195,19 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         return calibrate_attack(q, steps, tpr_at_fpr=tpr_at_fpr, advantage=advantage, sampling=sampling,
                                 relation=relation, tol=tol, sigma_guess=sigma_guess)
     t0 = time.perf_counter()
+    if epsilon is None or delta is None:
+        raise TypeError("epsilon, delta: required (or give an attack target: tpr_at_fpr or advantage)")
+    epsilon = V.positive_finite("epsilon", epsilon)
+    if epsilon > MAX_EPSILON:
+        raise ValueError(f"epsilon: must be <= {MAX_EPSILON:g} for calibration, got {V.fmt(epsilon)}: a larger "
+                         "target needs noise so small that one step's privacy loss leaves the range that can be "
+                         "certified in floating point (e^700) or the grid exceeds max_bins")
     epsilon, delta, q, steps, sampling, relation = V.dp_target(epsilon, delta, q, steps, sampling, relation)
     tol = V.positive_finite("tol", tol)
+    if not (TOL_RANGE[0] <= tol <= TOL_RANGE[1]):
+        raise ValueError(f"tol: must be in [{TOL_RANGE[0]:g}, {TOL_RANGE[1]:g}] (a relative tolerance on sigma: "
+                         f"below, floating point and grid round-off decide; above, the answer may be far from "
+                         f"the optimum), got {V.fmt(tol)}")
     samp = "none" if q == 1.0 else sampling
 
     def mech(sigma):

@@ -335,8 +335,15 @@ def _add_calibrate(sub) -> None:
 
 
 def _run_calibrate(args) -> int:
-    from .calibrate import calibrate
+    from .calibrate import MAX_EPSILON, TOL_RANGE, calibrate
     from . import tables
+
+    if args.epsilon > MAX_EPSILON:
+        raise UsageError(f"argument --epsilon: must be <= {MAX_EPSILON:g} for calibration, got {args.epsilon:g} "
+                         "(a larger target needs noise so small that one step's privacy loss cannot be certified)")
+    if not (TOL_RANGE[0] <= args.tol <= TOL_RANGE[1]):
+        raise UsageError(f"argument --tol: must be in [{TOL_RANGE[0]:g}, {TOL_RANGE[1]:g}] (a relative tolerance "
+                         f"on sigma), got {args.tol:g}")
 
     if args.sampling is None:
         args.sampling = "poisson" if args.q < 1.0 else "none"
@@ -528,7 +535,22 @@ def main(argv: list[str] | None = None) -> int:
         print(_json_output(args, values, lo, hi, seconds, acc))
     else:
         print(_table_output(args, values, lo, hi, seconds, acc))
+    _warn_coarse(args, values, lo, hi)
     return EXIT_OK
+
+
+def _warn_coarse(args, values, lo, hi) -> None:
+    """One warning line on stderr when an explicit --interval left an interval wider than half
+    its upper end: still certified, but too coarse to mean much."""
+    if getattr(args, "interval", None) is None:
+        return
+    for v, l, u in zip(values, lo, hi):
+        if math.isfinite(u) and u > 0 and (u - max(l, 0.0)) > 0.5 * u:
+            arg = "delta" if args.command == "epsilon" else "epsilon"
+            print(f"{PROG}: warning: --interval {args.interval:g} is too coarse here: at {arg} {v:g} the certified "
+                  f"interval [{l:.4g}, {u:.4g}] is wider than half its upper end; use a smaller --interval or "
+                  "omit it (automatic)", file=sys.stderr)
+            return
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ class SigmaTable:
         for name, val in (("sampling", sampling), ("relation", relation)):
             names = [str(x) for x in self._axes[name]]
             if val not in names:
-                raise TableRangeError(f"{name}={val!r} is not in the table (it has: {', '.join(names)})")
+                raise TableRangeError(f"{name}={V.fmt(val)} is not in the table (it has: {', '.join(names)})")
             idx.append(names.index(val))
         k = tuple(idx)
         sigma = float(self._sigma[k])

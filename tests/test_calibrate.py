@@ -34,13 +34,13 @@ def test_opacus_style_helper():
 
 
 @pytest.mark.parametrize("kwargs,name", [
-    (dict(epsilon=0.0, delta=1e-5), "epsilon"),
-    (dict(epsilon=-1.0, delta=1e-5), "epsilon"),
-    (dict(epsilon=1.0, delta=0.0), "delta"),
-    (dict(epsilon=1.0, delta=1.0), "delta"),
-    (dict(epsilon=1.0, delta=1e-5, q=1.5), "q"),
+    (dict(epsilon=0.0, delta=1e-5, steps=10), "epsilon"),
+    (dict(epsilon=-1.0, delta=1e-5, steps=10), "epsilon"),
+    (dict(epsilon=1.0, delta=0.0, steps=10), "delta"),
+    (dict(epsilon=1.0, delta=1.0, steps=10), "delta"),
+    (dict(epsilon=1.0, delta=1e-5, q=1.5, steps=10), "q"),
     (dict(epsilon=1.0, delta=1e-5, steps=0), "steps"),
-    (dict(epsilon=1.0, delta=1e-5, relation="sideways"), "relation"),
+    (dict(epsilon=1.0, delta=1e-5, steps=10, relation="sideways"), "relation"),
 ])
 def test_bad_queries(kwargs, name):
     with pytest.raises(ValueError, match=name):

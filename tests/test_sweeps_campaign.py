@@ -329,7 +329,7 @@ def test_wor_quick_sigma_ratios_match_the_store(wor_quick):
 
 def test_dots_quick_report_matches_ties_with_the_peer(tmp_path, embedded_client):
     """configs/campaign_dots.yaml --quick: pld_h1 vs dp_accounting_h1 at equal h; the excess tie is matched."""
-    pytest.importorskip("dp_accounting")
+    import dp_accounting  # noqa: F401  (a test dependency: never skipped)
     store, out = _run_quick("campaign_dots", tmp_path, embedded_client)
     ds = xr.open_zarr(store, chunks=None).transpose(*DIMS)
     md = (out / "REPORT.md").read_text()

@@ -122,7 +122,10 @@ def components_of(mechanism, steps) -> tuple[str, list[tuple[E.Event, int]]]:
     from ..mechanisms import Mechanism
 
     if isinstance(mechanism, Mechanism):
-        return mechanism.relation, [(mechanism.event, V.steps("steps", 1 if steps is None else steps))]
+        if steps is None:  # a silent default of 1 step is a trap for DP-SGD users
+            raise TypeError("steps: required for a single mechanism: the number of compositions "
+                            "(e.g. DP-SGD iterations); pass steps=1 for a single release")
+        return mechanism.relation, [(mechanism.event, V.steps("steps", steps))]
     if steps is not None:
         raise ValueError("steps: give counts inside the list of (mechanism, steps) pairs")
     if isinstance(mechanism, E.Event):
@@ -426,10 +429,21 @@ class Accountant:
 
     # -- display --------------------------------------------------------------------------
     def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={E._fmt(v)}" for k, v in self._options().items())
+        opts = ", ".join(f"{k}={_short(v)}" for k, v in self._options().items())
         comps = "; ".join(f"{s.event!r} x {k}" for s, k in self._steps) or "nothing composed"
         return (f"<{type(self).__name__} method={self.method!r} kind={self.kind!r} relation={self.relation!r}"
                 f"{', ' + opts if opts else ''}: {comps}>")
+
+
+def _short(v) -> str:
+    """An option value for a repr: numbers as numbers, long arrays as their range."""
+    if isinstance(v, np.ndarray):
+        if v.size > 6 and v.ndim == 1:
+            return f"<{v.size} values {E._fmt(v[0])}..{E._fmt(v[-1])}>"
+        return "[" + ", ".join(E._fmt(x) for x in v.ravel()) + "]"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(E._fmt(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    return E._fmt(v)
 
 
 def transient(e: BaseException) -> bool:

@@ -577,7 +577,7 @@ class PRVAccountant(Accountant):
         self.delta_error = V.probability_open("delta_error", DEFAULT_DELTA_ERROR if delta_error is None
                                               else delta_error)
         if isinstance(max_bins, bool) or not isinstance(max_bins, (int, np.integer)) or max_bins < 16:
-            raise ValueError(f"max_bins must be an integer >= 16, got {max_bins!r}")
+            raise ValueError(f"max_bins must be an integer >= 16, got {V.fmt(max_bins)}")
         self.max_bins = int(max_bins)
 
     def _options(self) -> dict:

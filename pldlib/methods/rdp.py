@@ -112,7 +112,11 @@ class RDPAccountant(GaussianFormulaAccountant):
 
     def __init__(self, relation: str = "add_remove", *, orders=RDP_ORDERS):
         super().__init__(relation)
-        self.orders = np.asarray(orders, dtype=float)
+        self.orders = np.atleast_1d(np.asarray(orders, dtype=float))
+        bad = ~(np.isfinite(self.orders) & (self.orders == np.round(self.orders)) & (self.orders >= 2))
+        if self.orders.ndim != 1 or self.orders.size == 0 or bad.any():
+            got = V.fmt(self.orders[bad][0]) if self.orders.ndim == 1 and bad.any() else "an empty list"
+            raise ValueError(f"orders must be a list of integers >= 2 (Renyi orders), got {got}")
 
     def _options(self) -> dict:
         return {"orders": self.orders}

@@ -329,7 +329,9 @@ class SPAAccountant(Accountant):
             raise ValueError(f"on_edge must be 'raise' or 'flag', got {on_edge!r}")
         t_lo, t_hi = float(t_range[0]), float(t_range[1])
         if not (0 < t_lo < t_hi < math.inf):
-            raise ValueError(f"t_range must satisfy 0 < lo < hi < inf, got {t_range!r}")
+            got = ("(" + ", ".join(V.fmt(t) for t in t_range) + ")") if isinstance(t_range, (tuple, list)) \
+                else V.fmt(t_range)
+            raise ValueError(f"t_range must satisfy 0 < lo < hi < inf, got {got}")
         self.on_edge = on_edge
         # Berry-Esseen is evaluated at these node offsets from the saddle point (32 nodes per decade
         # by default: the lower bound is often best at a few times smaller t than the saddle point)

@@ -83,7 +83,8 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     Parameters
     ----------
     mechanism : Mechanism or list of (Mechanism, steps)
-    steps : number of compositions (for a single mechanism)
+    steps : number of compositions: required for a single mechanism (no silent default of
+        one step: ``TypeError`` names it), not given with a list of (mechanism, steps)
     interval : grid spacing h of the privacy-loss discretisation (the accuracy
         knob); by default chosen from the composed loss distribution so that the
         relative width of eps intervals is well under 1% in typical use.
@@ -280,6 +281,28 @@ class _BranchState:
     @property
     def lowers(self) -> list:
         return self.source.fine()[1]
+
+
+def _check_interval(h: float, per_comp, tail: float) -> None:
+    """Refuse an explicit spacing h wider than half of every step's whole privacy-loss range
+    (down to the truncated tail mass): each grid would hold at most two cells, and the
+    certified interval, still valid, would say nothing (e.g. [-1e-5, 999.8] for 10 Gaussian
+    steps at h = 100)."""
+    from ..profiles.base import loss_range
+
+    widths = []
+    for bl in per_comp:
+        for b in bl:
+            try:
+                lo, hi = loss_range(b.upper, tail)
+            except (ValueError, ArithmeticError):
+                return  # the discretiser reports these itself
+            widths.append(hi - lo)
+    if widths and all(h > w / 2.0 for w in widths):
+        w = max(widths)
+        raise ValueError(f"interval: {V.fmt(h)} is wider than half the whole single-step privacy-loss range "
+                         f"({w:.3g}): the grid would hold at most two cells and the certified interval would "
+                         f"be meaningless; use interval <= {w / 50:.2g} or leave it automatic")
 
 
 # -- accuracy knob ------------------------------------------------------------------------
@@ -520,6 +543,7 @@ class PLDAccountant(Accountant):
         self._labels = labels
         self.tail = _tail_for(sum(k for _, k in components))
         interval = V.positive_finite("interval", interval)
+        _check_interval(interval, per_comp, self.tail)
         self._branches = self._discretise(labels, per_comp, interval)
         self.interval = float(interval)
         self.setup_seconds = time.perf_counter() - t0
@@ -561,9 +585,6 @@ class PLDAccountant(Accountant):
                     break
                 h = h_new
             interval = h
-        else:
-            interval = V.positive_finite("interval", interval)
-            self._branches = self._discretise(labels, per_comp, interval)
         self.interval = float(interval)
         self.setup_seconds = time.perf_counter() - t0
 

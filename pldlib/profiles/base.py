@@ -348,7 +348,7 @@ class FiniteProfile(PrivacyProfile):
             raise ValueError("masses must be >= 0")
         total = p.sum() + p_inf
         if abs(total - 1.0) > 1e-12:
-            raise ValueError(f"P-masses must sum to 1 (with p_inf), got {total!r}")
+            raise ValueError(f"P-masses must sum to 1 (with p_inf), got {V.fmt(total)}")
         order = np.argsort(losses)
         self.losses = losses[order]
         self.p_masses = p[order]

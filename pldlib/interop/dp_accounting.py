@@ -1,0 +1,409 @@
+"""pldlib behind dp_accounting's interface (docs/MATH.md section 14).
+
+:class:`PldlibAccountant` is a ``dp_accounting.PrivacyAccountant``: code that
+takes a dp_accounting accountant (JAX Privacy builds them as
+``accountant_fn(neighboring_relation)``, TF Privacy and
+``dp_accounting.mechanism_calibration.calibrate_dp_mechanism`` call
+``compose(event, count)`` and ``get_epsilon(delta)``) runs unchanged on any
+certified pldlib method::
+
+    from dp_accounting import dp_event
+    from pldlib.interop.dp_accounting import PldlibAccountant
+
+    acc = PldlibAccountant()                       # ADD_OR_REMOVE_ONE, method "pld"
+    acc.compose(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 10_000)
+    acc.get_epsilon(1e-5)                          # the certified UPPER bound (a float)
+    acc.epsilon_interval(1e-5)                     # pldlib's Interval(lower, upper)
+
+Guarantee: ``get_epsilon`` / ``get_delta`` return the **upper** end of the
+method's certified answer (pessimistic: never below the truth); the lower end
+is available from :meth:`PldlibAccountant.epsilon_interval` /
+:meth:`PldlibAccountant.delta_interval`.  A method that certifies no upper
+bound (``clt``) is refused.
+
+Neighbouring relations (``dp_accounting.NeighboringRelation``):
+
+* ``ADD_OR_REMOVE_ONE`` -> pldlib ``"add_remove"``;
+* ``REPLACE_ONE`` -> ``"substitution"``;
+* ``REPLACE_SPECIAL`` (a record replaced by a fixed "zero" record) -> ``"add_remove"``
+  for Gaussian / Laplace / discrete Laplace steps, unsampled or Poisson-sampled:
+  the differing record moves the query by at most its sensitivity and, under
+  Poisson sampling, is included independently of the others, so the dominating
+  pairs are exactly the remove pair and its reversal (MATH.md section 14).
+  Sampling without replacement is refused under it (pldlib's WOR pairs assume
+  add/remove or substitution neighbours, and would not be tight).
+
+Events (:func:`from_dp_event`): ``NoOpDpEvent``, ``NonPrivateDpEvent`` (epsilon
+= inf, delta = 1, as dp_accounting's accountants), ``GaussianDpEvent``,
+``LaplaceDpEvent``, ``DiscreteLaplaceDpEvent``, ``RandomizedResponseDpEvent``
+(under ``REPLACE_ONE`` / ``REPLACE_SPECIAL``, as dp_accounting: k-ary randomized
+response is an exact finite pair), ``PoissonSampledDpEvent``,
+``SampledWithoutReplacementDpEvent`` (rate = sample_size / source_dataset_size;
+dp_accounting's PLD accountant has no such event, so JAX Privacy falls back to
+RDP for fixed-size batches: here it is a certified interval),
+``SelfComposedDpEvent``, ``ComposedDpEvent``.  dp_accounting has no plain
+(epsilon, delta) event; pldlib's :class:`~pldlib.events.ApproxDPEvent` therefore
+has no dp_accounting counterpart.  Refused with the reason: sampling with
+replacement, tree aggregation, repeat-and-select, mixtures of Gaussians, zCDP,
+truncated subsampled Gaussians, ``UnsupportedDpEvent``.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from dp_accounting import dp_event as D
+from dp_accounting import privacy_accountant as PA
+
+from .. import _validate as V
+from .. import events as E
+from ..methods import make_accountant, method_info, method_names
+from ..methods.base import Estimate, Interval
+from ..profiles import FiniteProfile
+from ..profiles.base import LossRangeError
+
+__all__ = ["PldlibAccountant", "from_dp_event", "to_dp_event", "relation_of", "NeighboringRelation",
+           "CERTIFIED_UPPER_METHODS"]
+
+NeighboringRelation = PA.NeighboringRelation
+NR = NeighboringRelation
+
+_RELATION = {NR.ADD_OR_REMOVE_ONE: "add_remove", NR.REPLACE_ONE: "substitution", NR.REPLACE_SPECIAL: "add_remove"}
+
+#: pldlib method kinds whose answers carry a certified upper bound (what get_epsilon returns)
+CERTIFIED_UPPER_METHODS = ("certified", "upper")
+
+
+class _Refused(Exception):
+    def __init__(self, event, message):
+        super().__init__(message)
+        self.event, self.message = event, message
+
+
+class _NonPrivate:
+    """Marker: the (sub)event releases its input (epsilon = inf)."""
+
+
+NON_PRIVATE = _NonPrivate()
+
+
+def relation_of(neighboring_relation) -> str:
+    """The pldlib relation name of a ``dp_accounting.NeighboringRelation``."""
+    if not isinstance(neighboring_relation, NR):
+        raise TypeError("neighboring_relation must be a dp_accounting NeighboringRelation "
+                        f"(ADD_OR_REMOVE_ONE, REPLACE_ONE, REPLACE_SPECIAL), got {neighboring_relation!r}")
+    return _RELATION[neighboring_relation]
+
+
+def _rr_event(ev, rel):
+    """k-ary randomized response (noise parameter p, k buckets) as an exact pair.
+
+    Output = input with probability 1 - p + p/k, any other bucket with p/k each.
+    REPLACE_ONE (x -> x'): losses +l, 0, -l with P-masses 1-p+p/k, (k-2)p/k, p/k,
+    l = log((1-p+p/k)/(p/k)); for k = 2 this is binary randomized response with
+    eps0 = l.  REPLACE_SPECIAL (x -> a record answered uniformly): remove pair
+    P = R(x), Q = uniform: losses log(k(1-p+p/k)), log(p) with P-masses 1-p+p/k,
+    (k-1)p/k; the add direction is its reversal.
+    """
+    p, k = ev.noise_parameter, ev.num_buckets
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise _Refused(ev, f"num_buckets must be an integer >= 1, got {V.fmt(k)}")
+    if not (0.0 <= p <= 1.0):
+        raise _Refused(ev, f"noise_parameter must be in [0, 1], got {V.fmt(p)}")
+    if rel == NR.ADD_OR_REMOVE_ONE:
+        raise _Refused(ev, "RandomizedResponseDpEvent needs neighboring_relation REPLACE_ONE or REPLACE_SPECIAL "
+                           "(as in dp_accounting)")
+    if p == 1.0 or k == 1:  # uniform output, or a single bucket: nothing is released
+        return E.NoOp()
+    if p == 0.0:
+        return NON_PRIVATE
+    top, other = 1.0 - p + p / k, p / k
+    if rel == NR.REPLACE_ONE:
+        if k == 2:
+            return E.RandomizedResponseEvent(math.log(top / other))
+        l = math.log(top / other)
+        return E.ProfileEvent(FiniteProfile([-l, 0.0, l], [other, (k - 2) * other, top]))
+    rem = FiniteProfile([math.log(k * top), math.log(p)], [top, (k - 1) * other])
+    return E.ProfileEvent(rem, rem.reversed())
+
+
+def _convert(ev, rel):
+    """pldlib event (or NON_PRIVATE) of a DpEvent under dp_accounting relation ``rel``;
+    raises _Refused naming the offending sub-event."""
+    if isinstance(ev, D.NoOpDpEvent):
+        return E.NoOp()
+    if isinstance(ev, D.NonPrivateDpEvent):
+        return NON_PRIVATE
+    if isinstance(ev, D.GaussianDpEvent):
+        s = ev.noise_multiplier
+        if s == 0:
+            return NON_PRIVATE
+        try:
+            return E.GaussianEvent(s)
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, f"noise_multiplier: {e}") from None
+    if isinstance(ev, D.LaplaceDpEvent):
+        s = ev.noise_multiplier
+        if s == 0:
+            return NON_PRIVATE
+        try:
+            return E.LaplaceEvent(s)
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, f"noise_multiplier: {e}") from None
+    if isinstance(ev, D.DiscreteLaplaceDpEvent):
+        a = ev.noise_parameter
+        if a == 0:
+            return NON_PRIVATE
+        try:
+            return E.DiscreteLaplaceEvent(1.0 / V.positive_finite("noise_parameter", a), ev.sensitivity)
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, str(e)) from None
+    if isinstance(ev, D.RandomizedResponseDpEvent):
+        return _rr_event(ev, rel)
+    if isinstance(ev, D.PoissonSampledDpEvent):
+        q = ev.sampling_probability
+        if not (isinstance(q, (int, float, np.number)) and 0.0 <= q <= 1.0):
+            raise _Refused(ev, f"sampling_probability must be in [0, 1], got {V.fmt(q)}")
+        if q == 0:
+            return E.NoOp()
+        return _sampled(ev, ev.event, float(q), "poisson", rel)
+    if isinstance(ev, D.SampledWithoutReplacementDpEvent):
+        n, m = ev.source_dataset_size, ev.sample_size
+        for name, v in (("source_dataset_size", n), ("sample_size", m)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise _Refused(ev, f"{name} must be an integer >= 0, got {V.fmt(v)}")
+        if m > n or n == 0:
+            raise _Refused(ev, f"sample_size must be in [0, source_dataset_size], got {m} of {n}")
+        if m == 0:
+            return E.NoOp()
+        if rel == NR.REPLACE_SPECIAL and m < n:
+            raise _Refused(ev, "sampling without replacement is supported under ADD_OR_REMOVE_ONE and "
+                               "REPLACE_ONE, not REPLACE_SPECIAL")
+        return _sampled(ev, ev.event, m / n, "wor", rel)
+    if isinstance(ev, D.SelfComposedDpEvent):
+        c = ev.count
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
+            raise _Refused(ev, f"count must be an integer >= 0, got {V.fmt(c)}")
+        inner = _convert(ev.event, rel)
+        if c == 0 or isinstance(inner, E.NoOp):
+            return E.NoOp()
+        if inner is NON_PRIVATE:
+            return NON_PRIVATE
+        return E.SelfComposed(inner, int(c))
+    if isinstance(ev, D.ComposedDpEvent):
+        subs = [_convert(e, rel) for e in ev.events]
+        if any(s is NON_PRIVATE for s in subs):
+            return NON_PRIVATE
+        subs = [s for s in subs if not isinstance(s, E.NoOp)]
+        return E.Composed(subs) if subs else E.NoOp()
+    if isinstance(ev, D.DpEvent):
+        raise _Refused(ev, f"{type(ev).__name__} has no pldlib counterpart")
+    raise _Refused(ev, f"not a DpEvent: {ev!r}")
+
+
+def _sampled(outer, inner_ev, q, scheme, rel):
+    inner = _convert(inner_ev, rel)
+    if isinstance(inner, E.NoOp):
+        return inner
+    if inner is NON_PRIVATE:  # as dp_accounting: epsilon = inf (a valid upper bound; delta(eps) = q exactly)
+        return NON_PRIVATE
+    if not isinstance(inner, (E.GaussianEvent, E.LaplaceEvent, E.DiscreteLaplaceEvent)):
+        raise _Refused(outer, f"the sampled event must be Gaussian, Laplace or discrete Laplace, got {inner_ev}")
+    return E.Sampled(inner, q, scheme) if q < 1.0 else inner
+
+
+def from_dp_event(event, neighboring_relation=NR.ADD_OR_REMOVE_ONE) -> E.Event:
+    """The pldlib event of a dp_accounting ``DpEvent`` (see the module docstring).
+
+    ``neighboring_relation`` matters for randomized response (whose pair depends on
+    it) and for refusing what a relation does not support.  Account the result with
+    a pldlib accountant built for ``relation_of(neighboring_relation)``.  A
+    ``NonPrivateDpEvent`` (or a zero noise multiplier) has no pldlib event:
+    ``ValueError``; an event pldlib cannot account: :class:`pldlib.UnsupportedEventError`.
+    """
+    from ..methods import UnsupportedEventError
+
+    relation_of(neighboring_relation)
+    try:
+        out = _convert(event, neighboring_relation)
+    except _Refused as r:
+        raise UnsupportedEventError(f"event: {r.message} (in {r.event})") from None
+    if out is NON_PRIVATE:
+        raise ValueError(f"event: {event} is not differentially private (epsilon = inf); it has no pldlib event")
+    return out
+
+
+def to_dp_event(event, dataset_size: int | None = None):
+    """The dp_accounting ``DpEvent`` of a pldlib event (or :class:`pldlib.Mechanism`).
+
+    Gaussian -> ``GaussianDpEvent(sigma)`` (sigma is the noise multiplier at any
+    sensitivity), Laplace -> ``LaplaceDpEvent(scale / sensitivity)``, discrete Laplace
+    -> ``DiscreteLaplaceDpEvent(1 / scale, sensitivity)``, binary randomized response
+    -> ``RandomizedResponseDpEvent(2 / (1 + e^eps0), 2)`` (its REPLACE_ONE pair),
+    ``Sampled(..., "poisson")`` -> ``PoissonSampledDpEvent``, ``Sampled(..., "wor")``
+    -> ``SampledWithoutReplacementDpEvent(n, q n)`` with ``n = dataset_size`` (or the
+    smallest n making q n an integer when q is a ratio with denominator <= 10^9),
+    ``SelfComposed``, ``Composed``, ``NoOp``.  Events dp_accounting has no class for
+    (``ApproxDPEvent``, ``LatticeEvent``, ``ProfileEvent``) raise ``ValueError``.
+    """
+    from ..methods.base import as_event
+
+    ev = as_event(event)
+    if isinstance(ev, E.NoOp):
+        return D.NoOpDpEvent()
+    if isinstance(ev, E.GaussianEvent):
+        return D.GaussianDpEvent(ev.sigma)
+    if isinstance(ev, E.LaplaceEvent):
+        return D.LaplaceDpEvent(ev.scale / ev.sensitivity)
+    if isinstance(ev, E.DiscreteLaplaceEvent):
+        return D.DiscreteLaplaceDpEvent(1.0 / ev.scale, ev.sensitivity)
+    if isinstance(ev, E.RandomizedResponseEvent):
+        return D.RandomizedResponseDpEvent(2.0 / (1.0 + math.exp(ev.eps0)), 2)
+    if isinstance(ev, E.Sampled):
+        inner = to_dp_event(ev.event)
+        if ev.q == 1.0:
+            return inner
+        if ev.scheme == "poisson":
+            return D.PoissonSampledDpEvent(ev.q, inner)
+        if ev.scheme == "wor":
+            if dataset_size is None:
+                f = Fraction(ev.q).limit_denominator(10**9)
+                if float(f) != ev.q:
+                    raise ValueError(f"dataset_size: q = {V.fmt(ev.q)} is not a ratio batch / n with n <= 10^9; "
+                                     "pass dataset_size")
+                n, m = f.denominator, f.numerator
+            else:
+                n = V.positive_int("dataset_size", dataset_size)
+                m = round(ev.q * n)
+                if m / n != ev.q:
+                    raise ValueError(f"dataset_size: q = {V.fmt(ev.q)} times {n} is not an integer batch size")
+            return D.SampledWithoutReplacementDpEvent(n, m, inner)
+        raise ValueError(f"event: dp_accounting has no event for sampling scheme {ev.scheme!r}")
+    if isinstance(ev, E.SelfComposed):
+        return D.SelfComposedDpEvent(to_dp_event(ev.event, dataset_size), ev.count)
+    if isinstance(ev, E.Composed):
+        return D.ComposedDpEvent([to_dp_event(e, dataset_size) for e in ev.events])
+    raise ValueError(f"event: dp_accounting has no event class for {type(ev).__name__}")
+
+
+class PldlibAccountant(PA.PrivacyAccountant):
+    """A dp_accounting ``PrivacyAccountant`` answered by a certified pldlib method.
+
+    Parameters
+    ----------
+    neighboring_relation : ``dp_accounting.NeighboringRelation`` (first positional
+        argument, as JAX Privacy calls ``accountant_fn(relation)``); default
+        ``ADD_OR_REMOVE_ONE``
+    method : a pldlib method name (``pldlib.method_names()``) whose answers carry a
+        certified upper bound: ``"pld"`` (default), ``"prv"``, ``"spa"``, ``"rdp"``
+    on_limit : ``"inf"`` (default) or ``"raise"``: what :meth:`get_epsilon` does when
+        the method cannot compute a bound at all because a single step leaks too much
+        (privacy loss beyond the floating range) or its grid would exceed ``max_bins``:
+        return ``inf`` (delta: 1), a valid but trivial upper bound -- this is what
+        calibration searches need at tiny noise --, or raise the pldlib error
+    **options : the method's own options (e.g. ``interval=`` for ``pld``)
+
+    ``get_epsilon(delta)`` and ``get_delta(epsilon)`` return the certified upper end
+    (pessimistic; MATH.md section 14); :meth:`epsilon_interval` and
+    :meth:`delta_interval` return the method's whole answer.
+    """
+
+    def __init__(self, neighboring_relation=NR.ADD_OR_REMOVE_ONE, method: str = "pld", *,
+                 on_limit: str = "inf", **options):
+        relation = relation_of(neighboring_relation)
+        super().__init__(neighboring_relation)
+        V.choice("method", method, method_names())
+        if method_info(method).kind not in CERTIFIED_UPPER_METHODS:
+            raise ValueError(f"method: {method!r} certifies no upper bound (kind {method_info(method).kind!r}); "
+                             f"use one of {', '.join(method_names(CERTIFIED_UPPER_METHODS))}")
+        self._on_limit = V.choice("on_limit", on_limit, ("inf", "raise"))
+        self._method = method
+        self._method_options = dict(options)
+        self._relation = relation
+        self._acc = make_accountant(method, relation, **options)  # validates the options
+        self._non_private = False
+
+    # -- dp_accounting's protocol ------------------------------------------------------
+    def _maybe_compose(self, event, count, do_compose):
+        try:
+            ev = _convert(event, self.neighboring_relation)
+        except _Refused as r:
+            return self.CompositionErrorDetails(invalid_event=r.event, error_message=r.message)
+        if ev is NON_PRIVATE:
+            if do_compose and count > 0:
+                self._non_private = True
+            return None
+        if isinstance(ev, E.NoOp):
+            return None
+        if not self._acc.supports(ev):
+            try:
+                self._acc.fresh().compose(ev, 1)
+                why = f"{self._method} does not support this event"
+            except Exception as e:  # the method's own reason
+                why = str(e)
+            return self.CompositionErrorDetails(invalid_event=event, error_message=why)
+        if do_compose and count > 0:
+            self._acc.compose(ev, int(count))
+        return None
+
+    def get_epsilon(self, target_delta: float) -> float:
+        """Certified upper bound on epsilon at ``target_delta`` (a float)."""
+        if self._non_private:
+            return math.inf
+        r = self._answer("epsilon", target_delta)
+        return float(r.upper)
+
+    def get_delta(self, target_epsilon: float) -> float:
+        """Certified upper bound on delta at ``target_epsilon`` (a float)."""
+        if self._non_private:
+            return 1.0
+        r = self._answer("delta", target_epsilon)
+        return float(r.upper)
+
+    # -- pldlib's answers ------------------------------------------------------------------
+    def epsilon_interval(self, target_delta) -> Interval | Estimate:
+        """The method's whole answer for epsilon (``Interval`` or ``Estimate``)."""
+        if self._non_private:
+            return Interval(math.inf, math.inf)
+        return self._answer("epsilon", target_delta)
+
+    def delta_interval(self, target_epsilon) -> Interval | Estimate:
+        """The method's whole answer for delta (``Interval`` or ``Estimate``)."""
+        if self._non_private:
+            return Interval(1.0, 1.0)
+        return self._answer("delta", target_epsilon)
+
+    @property
+    def accountant(self):
+        """The pldlib accountant doing the work."""
+        return self._acc
+
+    @property
+    def method(self) -> str:
+        return self._method
+
+    def _answer(self, what, x):
+        if not self._acc.components:  # nothing but no-ops: identical output distributions
+            if what == "epsilon":
+                V.delta_array("target_delta", x)
+                return Interval(0.0, 0.0)
+            e = float(V.epsilon_array("target_epsilon", x)[0]) if np.ndim(x) == 0 else None
+            if e is None:
+                d = np.maximum(0.0, -np.expm1(V.epsilon_array("target_epsilon", x)))
+                return Interval(d, d)
+            d = max(0.0, -math.expm1(e))
+            return Interval(d, d)
+        try:
+            return getattr(self._acc, what)(x)
+        except (LossRangeError, V.GridTooLargeError):
+            if self._on_limit == "raise":
+                raise
+            if what == "epsilon":
+                return Interval(-math.inf, math.inf)
+            return Interval(0.0, 1.0)
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={E._fmt(v)}" for k, v in self._method_options.items())
+        return (f"<PldlibAccountant {self.neighboring_relation.name} method={self._method!r}{opts}: "
+                f"{'non-private; ' if self._non_private else ''}{self._acc!r}>")
