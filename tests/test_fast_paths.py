@@ -129,3 +129,74 @@ def test_cached_sides_give_the_same_compositions_as_fresh_ones():
             np.testing.assert_array_equal(ca.masses, cb.masses)
         assert (a.alias_log_bound, a.valid_from, a.n_bins) == (b.alias_log_bound, b.valid_from, b.n_bins)
         assert [sd.count for sd in (C._Side.of(st.uppers[0], k), C._Side.of(st.uppers[0], 3))] == [k, 3]
+
+
+# ---------------------------------------------------------------- speed paths (issue 21)
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 64, 1000, 10_007, 10**6])
+def test_binary_powering_is_within_its_round_off_bound(k):
+    """_int_power(X, k) against the product evaluated in high precision (mpmath, 40 digits):
+    relative error <= (pi + 1) k u, the term docs/MATH.md 4.4 charges for the powers."""
+    import mpmath
+
+    rng = np.random.default_rng(k)
+    # |X| <= 1 as for the spectrum of a normalised (tilted) mass array
+    X = rng.uniform(0.9, 1.0, 40) ** (1.0 / k) * np.exp(1j * rng.uniform(-np.pi, np.pi, 40))
+    got = C._int_power(X.copy(), k)
+    u = np.finfo(float).eps / 2
+    with mpmath.workdps(40):
+        for x, g in zip(X, got):
+            ref = mpmath.mpc(x.real, x.imag) ** k
+            assert abs(mpmath.mpc(g.real, g.imag) - ref) <= (np.pi + 1) * k * u * abs(ref) + 1e-300
+
+
+def test_grid_values_and_consecutive_masses_match_the_single_functions():
+    """The one-pass grid values and cell masses of connect-the-dots equal the separate
+    sf/cdf evaluations and ``interval_masses`` they replace, for mixtures (Poisson and WOR,
+    every direction) and a closed-form profile."""
+    import pldlib
+    from pldlib.pld.discretize import grid_for
+
+    mechs = [pldlib.Gaussian(0.8, q=0.05, sampling="poisson", relation=r) for r in ("add", "remove", "substitution")]
+    mechs += [pldlib.Gaussian(1.3, q=0.2, sampling="wor"), pldlib.Gaussian(1.0), pldlib.Laplace(1.0)]
+    for mech in mechs:
+        acc = pldlib.PLDAccountant(mech.relation).compose(mech.event, 1)
+        for branch in acc.components[0][0].branches():
+            prof = branch.upper
+            eps = grid_for(prof, 1e-3, 1e-12).eps
+            vals = prof.grid_values(eps)
+            for got, fn in zip(vals, (prof.sf_p, prof.cdf_p, prof.sf_q, prof.cdf_q)):
+                np.testing.assert_array_equal(got, fn(eps))
+            P, Q = prof.consecutive_masses(eps, vals)
+            P0, Q0 = prof.interval_masses(eps[:-1], eps[1:])
+            np.testing.assert_array_equal(P, P0)
+            np.testing.assert_array_equal(Q, Q0)
+
+
+def test_fft_thread_knob(monkeypatch):
+    C._fft_threads.cache_clear()
+    try:
+        monkeypatch.setenv("PLDLIB_FFT_WORKERS", "3")
+        assert C.fft_workers(C.FFT_THREADS_FROM) == 3 and C.fft_workers(C.FFT_THREADS_FROM - 1) == 1
+        C._fft_threads.cache_clear()
+        monkeypatch.setenv("PLDLIB_FFT_WORKERS", "two")
+        with pytest.raises(ValueError, match="PLDLIB_FFT_WORKERS: must be a positive integer"):
+            C.fft_workers(C.FFT_THREADS_FROM)
+    finally:
+        C._fft_threads.cache_clear()
+
+
+@pytest.mark.parametrize("relation", ["remove", "add_remove"])
+def test_upper_only_and_default_paths_bracket_the_truth(relation):
+    """The upper-only path (fixed fine spacing) and the default path against the mpmath
+    contour-integral truth (pldlib.testing.truth) for a DP-SGD shape."""
+    import pldlib
+    from pldlib.testing.truth import epsilon_gaussian
+
+    sigma, q, steps, delta = 1.0, 0.02, 300, 1e-5
+    dirs = ["remove"] if relation == "remove" else ["remove", "add"]
+    truth = max(float(epsilon_gaussian(delta, sigma, steps, q=q, direction=d)) for d in dirs)
+    mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation=relation)
+    fast = pldlib.account(mech, steps=steps, interval=2e-4, lower_bound=False).epsilon(delta)
+    default = pldlib.account(mech, steps=steps).epsilon(delta)
+    assert truth <= fast.upper <= truth * (1 + 1e-3)
+    assert default.lower <= truth <= default.upper

@@ -727,10 +727,11 @@ class PLDAccountant(Accountant):
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
             return (self._tilt_for(st, up[j]) if np.isfinite(up[j])
-                    else estimate_tilt(st.uppers, st.counts, float(deltas[j])))
+                    else estimate_tilt(st.source.coarse(), st.counts, float(deltas[j])))
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
-        lo, up, share = self._retilt(st, deltas, estimate_tilt(st.uppers, st.counts, float(deltas.min())),
+        # (the tilt needs no precision: estimated on the cheap coarse PLDs)
+        lo, up, share = self._retilt(st, deltas, estimate_tilt(st.source.coarse(), st.counts, float(deltas.min())),
                                      evaluate, propose)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():

@@ -105,11 +105,12 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     eps = grid.eps
     h = grid.h
     x = np.exp(eps)
-    a, b = eps[:-1], eps[1:]
-    P, Q = profile.interval_masses(a, b)
+    vals = profile.grid_values(eps)  # one pass: sf/cdf of both sides at every grid point
+    P, Q = profile.consecutive_masses(eps, vals)
     # sizes of the sf/cdf values each cell mass was differenced from
-    sp = np.minimum(profile.sf_p(a), profile.cdf_p(b))
-    sq = np.minimum(profile.sf_q(a), profile.cdf_q(b))
+    sfp, cdp, sfq, cdq = vals
+    sp = np.minimum(sfp[:-1], cdp[1:])
+    sq = np.minimum(sfq[:-1], cdq[1:])
     eP = 2 * SF_REL_ACCURACY * sp + 2 * _U * P
     eQ = 2 * SF_REL_ACCURACY * sq + 2 * _U * Q
     # E = P(cell) - e^{a} Q(cell) = int_cell (e^L - e^a) dQ  in [0, (e^b - e^a) Q(cell)]
@@ -124,10 +125,10 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     err = np.zeros(grid.n + 1)
     err[1:] += eP
     err[:-1] += eP
-    below = float(profile.cdf_p(eps[0]))
+    below = float(cdp[0])
     masses[0] += below
     d_n = float(profile.delta(eps[-1]))
-    beyond = max(float(profile.sf_p(eps[-1])) - d_n, 0.0)  # = e^{eps_n} Q(L > eps_n)
+    beyond = max(float(sfp[-1]) - d_n, 0.0)  # = e^{eps_n} Q(L > eps_n)
     masses[-1] += beyond
     err[0] += SF_REL_ACCURACY * below
     err[-1] += SF_REL_ACCURACY * (beyond + d_n)

@@ -238,6 +238,13 @@ class MixtureProfile(PrivacyProfile):
         _, _, qw, qs, _, down, _ = self._sides()
         return self._mix(down, qw, qs, self._x(eps))
 
+    def grid_values(self, eps):
+        """(sf_p, cdf_p, sf_q, cdf_q) at eps with one threshold evaluation."""
+        pw, ps, qw, qs, up, down, _ = self._sides()
+        x = self._x(eps)
+        return self._mix(up, pw, ps, x), self._mix(down, pw, ps, x), self._mix(up, qw, qs, x), \
+            self._mix(down, qw, qs, x)
+
     def delta(self, eps):
         eps = _as_array(eps)
         pw, ps, qw, qs, _, _, log_up = self._sides()
