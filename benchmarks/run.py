@@ -563,6 +563,33 @@ def bench_sweeps(ctx: Context) -> str:
             + md_table(["run", "cells", "seconds", "cells / s"], rows) + note)
 
 
+def _load_extra_sections() -> None:
+    """Sections defined in other modules (benchmarks.speed) register into ``benchmarks.run``;
+    run as ``python -m benchmarks.run`` this file is ``__main__``, so copy them over."""
+    import importlib
+
+    importlib.import_module("benchmarks.speed")
+    canonical = importlib.import_module("benchmarks.run")
+    for k, v in canonical.SECTIONS.items():
+        SECTIONS.setdefault(k, v)
+
+
+def _previous_sections(out: Path) -> dict:
+    """{name: markdown of its section} from an earlier report (kept for the sections not re-run)."""
+    if not out.exists():
+        return {}
+    text = out.read_text()
+    found = {}
+    chunks = text.split("\n## ")
+    for ch in chunks[1:]:
+        marker = ch.find("<!-- section: ")
+        if marker < 0:
+            continue
+        name = ch[marker + len("<!-- section: "):].split(" -->", 1)[0]
+        found[name] = "## " + ch.rstrip("\n")
+    return found
+
+
 def run(names: list[str], repeat: int, out: Path) -> int:
     ctx = Context(repeat=repeat)
     info = machine_info()
@@ -571,6 +598,8 @@ def run(names: list[str], repeat: int, out: Path) -> int:
              f"{repeat} wall-clock seconds in one process.", "",
              md_table(["", ""], [[k, v] for k, v in info]).replace("|---|---:|", "|---|---|"), ""]
     failed = 0
+    previous = _previous_sections(out)
+    bodies = {}
     for name in names:
         sec = SECTIONS[name]
         ctx.section = name
@@ -583,9 +612,14 @@ def run(names: list[str], repeat: int, out: Path) -> int:
             body = "**FAILED**\n\n```\n" + traceback.format_exc() + "```"
             print(traceback.format_exc(), file=sys.stderr)
         dt = time.perf_counter() - t0
-        parts += [f"## {sec.title}", "", f"<!-- section: {name} -->", "", body, "",
-                  f"_Section time {dt:.1f} s._", ""]
+        bodies[name] = "\n".join([f"## {sec.title}", "", f"<!-- section: {name} -->", "", body, "",
+                                  f"_Section time {dt:.1f} s._"])
         print(f"[bench] {name}: done in {dt:.1f} s", flush=True)
+    # sections not re-run keep their previous text (``--only`` updates the report in place)
+    for name in SECTIONS:
+        text = bodies.get(name, previous.get(name))
+        if text is not None:
+            parts += [text, ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(parts))
     jpath = out.with_name("benchmarks.json")
@@ -603,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="timing repetitions (best of N)")
     ap.add_argument("--list", action="store_true", help="list the sections and exit")
     args = ap.parse_args(argv)
+    _load_extra_sections()
     if args.list:
         for s in SECTIONS.values():
             print(f"{s.name:12s} {s.title}")

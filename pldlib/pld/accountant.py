@@ -25,6 +25,7 @@ from .. import exact as X
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
 from ..methods.base import Accountant, Estimate, Interval, Step, as_event, branch_labels, components_of  # noqa: F401
+from .schedule import group_schedule
 from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
 
@@ -428,6 +429,7 @@ class PLDAccountant(Accountant):
         self._pinf = sp.pinf_bounds()
         self._exact = None
         eff = [(s, k) for s, k in self._steps if any(s.event is e for e, _ in sp.rest)]
+        eff = group_schedule(eff, self.relation)  # long schedules: certified grouping (MATH 5.8)
         # the combined Gaussian: pair(event, c) gives sigma_comb / c = 1 / mu
         c = 2.0 if self.relation == "substitution" else 1.0
         gauss = None

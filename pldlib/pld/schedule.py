@@ -1,0 +1,89 @@
+"""Certified grouping of long schedules of distinct steps (docs/MATH.md 5.8).
+
+A schedule of many distinct subsampled-Gaussian steps (a noise-multiplier schedule, per-step
+sampling rates) would need one discretisation and one spectrum per distinct step.  Steps whose
+noise multipliers (and, for Poisson sampling, rates) fall in one cell of a fine geometric grid
+are composed as one component whose **upper** profile is that of (the smallest sigma, the largest
+q) of the cell and whose **lower** profile is that of (the largest sigma, the smallest q):
+
+* less noise dominates more noise (adding independent noise is a post-processing), for any
+  sampling scheme;
+* under Poisson sampling a larger rate dominates a smaller one (keep each output with
+  probability q / q', otherwise replace it by a fresh draw of the null component: a
+  post-processing mapping the q' pair to the q pair, in both directions of every relation).
+
+So the grouped upper bound is certified (pessimistic) and the grouped lower bound is certified
+(optimistic); the grid's effect lies inside the interval.  Guarantee: as the PLD accountant.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import events as E
+from ..methods.base import Step
+from ..profiles.pairs import Branch
+
+#: distinct subsampled-Gaussian steps from which a schedule is grouped
+GROUP_FROM = 64
+#: relative width of a grid cell in sigma (and in q under Poisson sampling)
+GROUP_RATIO = 2e-3
+
+
+class GroupedStep(Step):
+    """Several steps composed as one: upper profiles from ``upper_step``, lower profiles from
+    ``lower_step`` (both dominate / are dominated by every member, see the module docstring)."""
+
+    __slots__ = ("upper_step", "lower_step", "members")
+
+    def __init__(self, upper_step: Step, lower_step: Step, members: list):
+        super().__init__(upper_step.event, upper_step.relation)
+        self.upper_step = upper_step
+        self.lower_step = lower_step
+        self.members = members
+
+    def branches(self):
+        ups, lows = self.upper_step.branches(), self.lower_step.branches()
+        if [b.label for b in ups] != [b.label for b in lows]:  # the same scheme and relation: never
+            raise AssertionError("grouped steps with different branch labels")
+        return [Branch(u.label, u.upper, lo.lower) for u, lo in zip(ups, lows)]
+
+    def __repr__(self) -> str:
+        return f"GroupedStep({len(self.members)} steps: upper {self.upper_step.event!r}, lower {self.lower_step.event!r})"
+
+
+def _groupable(step: Step) -> bool:
+    ev = step.event
+    # (per-epoch schemes such as random allocation are left alone: their per-step pairs hold
+    # only for whole epochs of one component)
+    return (not isinstance(step, GroupedStep) and isinstance(ev, E.Sampled)
+            and ev.scheme in ("poisson", "wor") and isinstance(ev.event, E.GaussianEvent))
+
+
+def group_schedule(components: list, relation: str, ratio: float = GROUP_RATIO,
+                   group_from: int = GROUP_FROM) -> list:
+    """``components`` [(Step, count)] with the subsampled-Gaussian steps grouped into cells of
+    relative width ``ratio`` when there are at least ``group_from`` of them; others unchanged."""
+    cand = [i for i, (s, _k) in enumerate(components) if _groupable(s)]
+    if len(cand) < group_from:
+        return components
+    lr = math.log1p(ratio)
+    cells: dict = {}
+    for i in cand:
+        s, k = components[i]
+        ev = s.event
+        g = ev.event
+        qkey = math.floor(math.log(ev.q) / lr) if ev.scheme == "poisson" else ev.q
+        key = (ev.scheme, g.sensitivity, math.floor(math.log(g.sigma) / lr), qkey)
+        cells.setdefault(key, []).append((s, k))
+    keep = set(cand)
+    out = [c for i, c in enumerate(components) if i not in keep]
+    for (scheme, sens, _sk, _qk), members in cells.items():
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        sig = [s.event.event.sigma for s, _ in members]
+        qs = [s.event.q for s, _ in members]
+        up = Step(E.Sampled(E.GaussianEvent(min(sig), sens), max(qs), scheme), relation)
+        lo = Step(E.Sampled(E.GaussianEvent(max(sig), sens), min(qs), scheme), relation)
+        out.append((GroupedStep(up, lo, members), sum(k for _, k in members)))
+    return out
