@@ -147,7 +147,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
               sampling: str = "poisson",
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
               interval: float | None = None, table=None, max_evaluations: int = 60,
-              certify_lower: bool = True, tpr_at_fpr=None, advantage=None) -> CalibrationResult:
+              certify_lower: bool | None = None, tpr_at_fpr=None, advantage=None) -> CalibrationResult:
     """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
 
     With ``tpr_at_fpr=(tpr, fpr)`` or ``advantage=a`` instead of (epsilon, delta), the
@@ -173,7 +173,9 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         when it covers the query
     certify_lower : also certify that sigma / (1 + tol) does NOT meet the target (the
         proof that the answer is within tol of the optimum; costs one or two more
-        evaluations).  With False the answer is still certified feasible, ``sigma_lower``
+        evaluations).  None (default): certify it unless that alone would force a grid
+        much finer than the upper bound needs (small q: the optimistic side needs
+        h <= |ln(1 - q)| / 2, docs/MATH.md 5.1); then ``sigma_lower`` is None.  With False the answer is still certified feasible, ``sigma_lower``
         may be None, and the search stops once the upper curve's root is located to tol/8;
         its fine evaluations then build the pessimistic side only (about half the work) on a
         grid chosen for the upper bound's accuracy, and the returned interval's lower bound
@@ -246,7 +248,11 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
         return iv, acc.interval
 
-    mid = lambda v: max(0.5 * (float(v.lower) + float(v.upper)), 1e-300)
+    def mid(v):
+        """The point the search steers by: the interval's middle, or its upper end when the
+        lower end says nothing (upper-only evaluations, or an optimistic side too coarse)."""
+        lo_v, up_v = float(v.lower), float(v.upper)
+        return max(0.5 * (lo_v + up_v) if lo_v > 0.5 * up_v else up_v, 1e-300)
     lo_s = hi_s = hi_iv = None
 
     def record(sig, v):
@@ -258,13 +264,19 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
 
     # Phase 1 -- locate the root with coarse, cheap evaluations (secant on log-log midpoints).
     first = interval
+    small_q = False  # the optimistic side alone would force a much finer grid
     if interval is None and q < 1.0:
         # tiny q: the default grid resolves |ln(1-q)| for the lower bound only; when that
         # makes it >= 4x finer than the upper bound needs, start from the upper-bound rule
         h_u = upper_interval(mech(seed), steps)
         if 0.5 * abs(math.log1p(-q)) < 0.25 * h_u:
             first = h_u
-    iv, h_def = evaluate(seed, first)
+            small_q = True
+    if certify_lower is None:
+        certify_lower = not small_q
+    # upper-only evaluations while locating the root where the lower bound would be useless
+    coarse_lower = not (small_q and not certify_lower)
+    iv, h_def = evaluate(seed, first, lower_bound=coarse_lower)
     n_eval = 1
     h = h_def if interval is not None else h_def * 2.0
     pts = [(seed, iv)]
@@ -285,7 +297,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         if abs(math.log(r / s1)) < 0.25 * tol and len(pts) > 1:
             s = r
             break
-        iv, _ = evaluate(r, h)
+        iv, _ = evaluate(r, h, lower_bound=coarse_lower)
         n_eval += 1
         pts.append((r, iv))
         record(r, iv)
@@ -317,7 +329,21 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
             structural = a_rel * mid(pts[-1][1])
         if structural > 0.5 * need:
             certify_lower = False  # the infeasibility certificate is out of reach at any h
-    if structural > 0.5 * need:
+    if not coarse_lower:
+        # upper-only search: the upper bound's excess over the truth at spacing h, from one
+        # more evaluation at h / 2 (connect-the-dots excess ~ c h^2: excess(h) ~ 4/3 (U(h) - U(h/2)));
+        # a steering estimate only -- every returned sigma is checked by an evaluation
+        s_last, v_last = pts[-1]
+        v_half, _ = evaluate(s_last, 0.5 * h, lower_bound=False)
+        n_eval += 1
+        record(s_last, v_half)
+        excess = 4.0 / 3.0 * max(float(v_last.upper) - float(v_half.upper), 0.0)
+        if excess > need:
+            h *= max(0.9 * math.sqrt(need / excess), 0.05)
+        else:
+            h *= 0.5  # the half-spacing evaluation already meets the need
+        pts.append((s_last, v_half))
+    elif structural > 0.5 * need:
         h *= 0.5  # back to the default spacing: only the upper bound's accuracy matters now
     elif not certify_lower:
         # only the upper bound steers: its excess over the truth is ~18% of the interval
