@@ -706,17 +706,17 @@ def tradeoff_curve_plot(spec: dict, out: str | os.PathLike, *, mechanism: str = 
     fig.tight_layout()
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    res["file"] = _save(fig, path)
+    res["file"] = _save(fig, path, dpi=85)
     res["store_points"] = [{"method": m, "fpr": f.tolist(), "tpr_lower": lo.tolist(), "tpr_upper": up.tolist()}
                            for m, f, lo, up in points]
     return res
 
 
-def _save(fig, path: Path) -> str:
+def _save(fig, path: Path, dpi: int = 100) -> str:
     import matplotlib.pyplot as plt
 
     tmp = str(path) + ".tmp"
-    fig.savefig(tmp, format="png", dpi=100)
+    fig.savefig(tmp, format="png", dpi=dpi)
     plt.close(fig)
     os.replace(tmp, path)
     return path.name
@@ -842,7 +842,8 @@ def _markdown(res, files, command) -> str:
         L += ["## Attack bounds: largest TPR at each FPR", "",
               f"Certified interval [tpr_lower, tpr_upper] of the largest true-positive rate of any membership "
               f"test at FPR {fp} (`grid.fpr`; `Accountant.max_tpr`, docs/MATH.md section 10). Unsupported: the "
-              "method has no certified trade-off curve (estimates, peers). Width = (upper - lower)/upper.", ""]
+              "method has no certified trade-off curve (estimates, peers). Width = (upper - lower)/upper. "
+              "The seconds of the tables above include the TPR metric (one block computes both).", ""]
         rows = [[f"`{m}`", p["kind"], p["ok"], p["failed"], p["unsupported"], p["missing"], _pct(p["width_median"]),
                  _pct(p["width_max"]), " / ".join(_pct(w) for w in p["width_median_by_fpr"])]
                 for m, p in TP["methods"].items()]
