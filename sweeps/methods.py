@@ -367,7 +367,7 @@ def _tpr_cells(tpr, tshape):
     text that joins the block's error ("" if none)."""
     if tpr is None:
         nan = np.full(tshape, np.nan)
-        return nan, nan.copy(), np.ones(tshape, bool), np.zeros(tshape, bool), error
+        return nan, nan.copy(), np.ones(tshape, bool), np.zeros(tshape, bool), ""
     tl = np.asarray(tpr.lower, dtype=float)
     tu = np.asarray(tpr.upper, dtype=float)
     if tl.shape != tshape or tu.shape != tshape:

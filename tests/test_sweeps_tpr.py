@@ -36,7 +36,7 @@ def true_tpr(sigma, k, relation, fpr):
 
 
 def tpr_config(store, **changes):
-    d = small_config(store, methods=["pld", "clt", "rdp"], **changes)
+    d = small_config(store, **{"methods": ["pld", "clt", "rdp"], **changes})
     d["grid"]["fpr"] = list(FPRS)
     d["report"] = {"tradeoff_curve": dict(CURVE)}
     return d
@@ -221,3 +221,28 @@ def test_report_writes_tradeoff_curve_png(tpr_run, tmp_path):
     # the store's own TPR intervals of that configuration are drawn: pld and rdp, not clt
     assert [p["method"] for p in tc["store_points"]] == ["pld", "rdp"]
     assert res["tpr"]["methods"]["clt"]["unsupported"] == 3 * 2 * 2 * 3 and not res["tpr"]["violations"]
+
+
+def test_block_task_tpr_for_failed_unsupported_and_peer_blocks(tmp_path):
+    """The task itself (no cluster): a failing block fails its TPR cells too (status 2), a block
+    the method does not support is unsupported throughout (3), a peer without a certified curve
+    has its eps cells and unsupported TPR cells with the reason."""
+    from sweeps.peers import run_block
+
+    d = tpr_config(tmp_path / "b.zarr", methods=["pld", "dp_accounting"], sampling=["poisson", "wor"],
+                   q=[0.5], relation=["add_remove"], steps=[1, 10])
+    d["options"] = {"pld": {"interval": 2e-3, "fail": {"sigma": 2.0}},
+                    "dp_accounting": {"value_discretization_interval": 1e-2}}
+    plan = make_plan(parse_config(d))
+    by = {(b.params["sigma"], b.params["sampling"], b.params["method"]): b for b in plan.blocks}
+    out = run_block(plan.spec(by[(2.0, "poisson", "pld")]))
+    assert out["failed"].all() and out["tpr_failed"].all() and not out["tpr_unsupported"].any()
+    assert np.isnan(out["tpr_upper"]).all() and "test-only 'fail'" in out["error"]
+    out = run_block(plan.spec(by[(1.0, "wor", "dp_accounting")]))
+    assert out["unsupported"].all() and out["tpr_unsupported"].all() and out["error"].startswith("Unsupported")
+    out = run_block(plan.spec(by[(1.0, "poisson", "dp_accounting")]))
+    assert not out["failed"].any() and out["tpr_unsupported"].all()
+    assert "tpr: method 'dp_accounting' gives no certified trade-off curve" in out["error"]
+    out = run_block(plan.spec(by[(1.0, "poisson", "pld")]))
+    assert not out["failed"].any() and not out["tpr_failed"].any() and out["error"] == ""
+    assert (out["tpr_lower"] <= out["tpr_upper"]).all() and out["tpr_lower"].shape == (2, 3)
