@@ -36,6 +36,18 @@ Definitions used throughout (all computed from the store, nothing else):
   median excess is 5.7e-5 relative above dp_accounting_h1's, with
   dp_accounting 0.6); a strict ``<=`` would call that "not as tight".  A tie
   is reported as such, with the relative difference.
+* **Attack bounds** (stores with the TPR metric, config ``grid.fpr``): per
+  method, the TPR cells ok / failed / unsupported (methods without a certified
+  trade-off curve) and the median relative width (upper - lower)/upper of the
+  certified max-TPR intervals; a TPR *violation* is one method's upper end
+  below another's lower end in the same cell.
+* **Trade-off curve** (config ``report: {tradeoff_curve: {sigma, q, steps,
+  sampling, relation, delta}}``, or ``write_report(..., tradeoff_curve=...)``):
+  :func:`tradeoff_curve_plot` draws, for that one configuration, the certified
+  interval of beta(alpha) (pldlib's PLD accountant at its default accuracy)
+  beside the Gaussian-DP (CLT) approximation Phi(Phi^-1(1 - alpha) - mu) and the
+  curve implied by the single pair (eps, delta) with eps the certified upper
+  eps(delta), with the store's certified TPR intervals at its FPRs as markers.
 """
 from __future__ import annotations
 
@@ -50,7 +62,8 @@ import yaml
 from .plan import DIMS
 from .store import STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, StoreError, open_dataset
 
-__all__ = ["analyse", "write_report", "default_out_dir", "KINDS", "REF_RTOL", "EST_RTOL", "MATCH_RTOL"]
+__all__ = ["analyse", "write_report", "default_out_dir", "tradeoff_curve_plot", "KINDS", "REF_RTOL", "EST_RTOL",
+           "MATCH_RTOL"]
 
 #: base method -> kind
 def _kinds() -> dict:
@@ -195,6 +208,7 @@ def analyse(store: str) -> dict:
     res["estimates"] = _estimate_breakdown(ds, methods, kind, est, L, U, ref_ok)
     res["tightness"] = _tightness(ds, methods, kind, lo_f, up_f, L, secs, st)
     res["sampling"] = _sampling(ds, methods, kind, up_f, cfg)
+    res["tpr"] = _tpr(ds, methods, kind)
     arrays = {"L": L, "U": U, "M": M, "tight": tight, "lo": lo_f, "up": up_f, "est": est, "secs": secs,
               "status": st}
     return res, ds, arrays
@@ -319,6 +333,39 @@ def _tightness(ds, methods, kind, lo, up, L, secs, st) -> dict:
                 ratios[f"{methods[ib]} / {methods[ia]}"] = _q(rat, 0.5)
         out[str(rel)] = {"cells": int(common.sum()), "rows": rows, "excess_ratio_median": ratios}
     return out
+
+
+def _tpr(ds, methods, kind) -> dict:
+    """The TPR metric (stores with ``grid.fpr``): counts, widths and violations per method."""
+    if "tpr_status" not in ds:
+        return {}
+    from .plan import TPR_DIMS
+
+    tst = ds["tpr_status"].transpose(*TPR_DIMS).values
+    ok = tst == STATUS_OK
+    tlo = np.where(ok, ds["tpr_lower"].transpose(*TPR_DIMS).values, np.nan)
+    tup = np.where(ok, ds["tpr_upper"].transpose(*TPR_DIMS).values, np.nan)
+    fprs = [float(x) for x in ds.indexes["fpr"]]
+    per = {}
+    for i, m in enumerate(methods):
+        s = tst[..., i]
+        with np.errstate(all="ignore"):
+            w = np.where(tup[..., i] > 0, (tup[..., i] - tlo[..., i]) / tup[..., i], np.nan)
+        per[m] = {"kind": kind[m], "ok": int((s == STATUS_OK).sum()), "failed": int((s == STATUS_FAILED).sum()),
+                  "unsupported": int((s == STATUS_UNSUPPORTED).sum()), "missing": int((s == STATUS_MISSING).sum()),
+                  "width_median": _q(w, 0.5), "width_max": _q(w, 1.0),
+                  "width_median_by_fpr": [_q(w[:, :, :, j], 0.5) for j in range(len(fprs))]}
+    viol = []
+    for i, a in enumerate(methods):
+        for j, b in enumerate(methods):
+            if i == j:
+                continue
+            with np.errstate(invalid="ignore"):
+                bad = tup[..., i] < tlo[..., j]
+            if bad.any():
+                viol.append({"upper_method": a, "lower_method": b, "cells": int(bad.sum()),
+                             "max_gap": float(np.nanmax(np.where(bad, tlo[..., j] - tup[..., i], np.nan)))})
+    return {"fpr": fprs, "methods": per, "violations": viol}
 
 
 def _sampling(ds, methods, kind, up, cfg) -> dict:
@@ -508,11 +555,168 @@ def _plots(res, ds, A, out_dir: Path) -> dict:
     return files
 
 
-def _save(fig, path: Path) -> str:
+def _tradeoff_numbers(spec: dict, mechanism: str, fprs) -> dict:
+    """The certified curve, the Gaussian-DP (CLT) approximation and the (eps, delta)-implied curve
+    of one configuration (see :func:`tradeoff_curve_plot`), at ``fprs`` and on a plotting grid."""
+    import time
+
+    import pldlib
+    from pldlib.methods.clt import CLTAccountant
+    from pldlib.pld.tradeoff import gaussian_tradeoff, implied_tradeoff
+
+    from .methods import make_mechanism
+
+    params = {**spec, "mechanism": mechanism}
+    mech = make_mechanism(params)
+    t0 = time.perf_counter()
+    acc = pldlib.account(mech, steps=spec["steps"])
+    eps = acc.epsilon(spec["delta"])
+    alpha = np.unique(np.concatenate([np.geomspace(1e-7, 1.0, 300), np.asarray(fprs, float)]))
+    iv = acc.tradeoff(alpha)
+    seconds = time.perf_counter() - t0
+    try:
+        clt = CLTAccountant(spec["relation"]).compose(mech.event, spec["steps"])
+        clt._ensure_built()
+        mu = float(clt.mu)
+    except Exception:  # e.g. Laplace: no CLT approximation
+        mu = math.nan
+    e_up = float(eps.upper)
+    symmetric = spec["relation"] in ("add_remove", "substitution")
+
+    def implied(a):
+        a = np.asarray(a, dtype=float)
+        if symmetric:
+            return implied_tradeoff(e_up, spec["delta"], a)
+        # one direction only: an (eps, delta) bound on delta(eps) of that direction alone
+        return np.maximum(0.0, 1.0 - spec["delta"] - math.exp(e_up) * a)
+
+    f = np.asarray(fprs, float)
+    tpr = acc.max_tpr(f)
+    return {"spec": dict(spec), "mechanism": mechanism, "interval": float(acc.interval), "seconds": seconds,
+            "eps_delta": [float(eps.lower), e_up], "mu_clt": mu, "symmetric": symmetric,
+            "fpr": f.tolist(), "tpr_lower": np.asarray(tpr.lower).tolist(), "tpr_upper": np.asarray(tpr.upper).tolist(),
+            "tpr_gdp": (1.0 - gaussian_tradeoff(mu, f)).tolist() if math.isfinite(mu) else [math.nan] * f.size,
+            "tpr_implied": np.minimum(1.0 - implied(f), 1.0).tolist(),
+            "_curve": {"alpha": alpha, "beta_lower": iv.lower, "beta_upper": iv.upper,
+                       "gdp": gaussian_tradeoff(mu, alpha) if math.isfinite(mu) else None,
+                       "implied": implied(alpha)}}
+
+
+def _store_tpr_points(ds, spec: dict) -> list:
+    """The store's certified TPR intervals of the configuration ``spec`` (one entry per method with
+    ok TPR cells): ``[(method, fprs, lower, upper)]``; [] when the store lacks them."""
+    if ds is None or "tpr_status" not in ds:
+        return []
+    sel = {}
+    for d in ("sigma", "q", "steps"):
+        vals = np.asarray(ds.indexes[d], dtype=float)
+        hit = np.nonzero(np.isclose(vals, float(spec[d]), rtol=1e-9))[0]
+        if not hit.size:
+            return []
+        sel[d] = int(hit[0])
+    for d in ("sampling", "relation"):
+        vals = [str(v) for v in ds.indexes[d]]
+        if spec[d] not in vals:
+            return []
+        sel[d] = vals.index(spec[d])
+    sub = ds.isel(sel)
+    out = []
+    for m in [str(v) for v in ds.indexes["method"]]:
+        c = sub.sel({"method": m})
+        ok = c["tpr_status"].values == STATUS_OK
+        if ok.any():
+            f = np.asarray(ds.indexes["fpr"], dtype=float)
+            out.append((m, f[ok], c["tpr_lower"].values[ok], c["tpr_upper"].values[ok]))
+    return out
+
+
+def tradeoff_curve_plot(spec: dict, out: str | os.PathLike, *, mechanism: str = "gaussian", ds=None,
+                        fprs=(1e-3, 1e-2)) -> dict:
+    """Plot the trade-off curve of one configuration into the PNG ``out``; returns its numbers.
+
+    ``spec``: ``{sigma, q, steps, sampling, relation, delta}`` (see
+    :func:`sweeps.config.tradeoff_curve_spec`; missing keys take the DP-SGD headline values).
+    Left panel: beta(alpha) against a log-scale FPR axis: the certified interval (lower and
+    upper end, pldlib's PLD accountant at its default accuracy), the Gaussian-DP (CLT mu)
+    approximation Phi(Phi^-1(1 - alpha) - mu) (an estimate, no guarantee) and the curve implied
+    by the single pair (eps, delta), eps the certified upper eps(delta): max(0, 1 - delta -
+    e^eps alpha, e^-eps (1 - delta - alpha)) (for the one-direction relations add / remove only
+    the first line).  Right panel: the same as TPR = 1 - beta against FPR, log-log, with the
+    store's certified TPR intervals (``ds``, a sweep store with ``grid.fpr``) as error bars.
+    The returned dict (``spec``, ``eps_delta``, ``mu_clt``, ``fpr``, ``tpr_lower``,
+    ``tpr_upper``, ``tpr_gdp``, ``tpr_implied``, ``interval``, ``seconds``, ``file``) goes
+    into the report's summary.json.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .config import tradeoff_curve_spec
+
+    spec = tradeoff_curve_spec(dict(spec))
+    points = _store_tpr_points(ds, spec)
+    if ds is not None and "fpr" in ds.indexes:
+        fprs = [float(x) for x in ds.indexes["fpr"]]
+    res = _tradeoff_numbers(spec, mechanism, fprs)
+    c = res.pop("_curve")
+    a = c["alpha"]
+    e_up = res["eps_delta"][1]
+    pair = f"(eps={e_up:.3g}, delta={spec['delta']:g})"
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.3))
+    ax = axes[0]
+    ax.fill_between(a, c["beta_lower"], c["beta_upper"], color="0.6", alpha=0.5, lw=0)
+    ax.plot(a, c["beta_lower"], "k-", lw=1.3, label="certified beta: lower end (no attack is stronger)")
+    ax.plot(a, c["beta_upper"], "k--", lw=0.9, label="certified beta: upper end (some attack is this strong)")
+    if c["gdp"] is not None:
+        ax.plot(a, c["gdp"], "b:", lw=1.4, label=f"Gaussian-DP (CLT) estimate, mu = {res['mu_clt']:.4g}")
+    ax.plot(a, c["implied"], "r-.", lw=1.1, label=f"implied by the single pair {pair}")
+    ax.plot(a, 1 - a, color="0.75", lw=0.8, label="random guess (beta = 1 - alpha)")
+    ax.set_xscale("log")
+    ax.set_xlim(a[0], 1.0)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("alpha = FPR (log scale)")
+    ax.set_ylabel("beta = 1 - TPR (least type II error)")
+    ax.set_title("trade-off curve beta(alpha)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6.5, loc="lower left")
+    ax = axes[1]
+    ax.plot(a, 1 - c["beta_lower"], "k-", lw=1.3, label="certified max TPR: upper end")
+    ax.plot(a, 1 - c["beta_upper"], "k--", lw=0.9, label="certified max TPR: lower end")
+    if c["gdp"] is not None:
+        ax.plot(a, 1 - c["gdp"], "b:", lw=1.4, label="Gaussian-DP (CLT) estimate")
+    ax.plot(a, np.minimum(1 - c["implied"], 1.0), "r-.", lw=1.1, label=f"implied by {pair}")
+    ax.plot(a, a, color="0.75", lw=0.8, label="random guess")
+    marks = "osD^v<>"
+    for k, (m, f, lo, up) in enumerate(points):
+        ax.errorbar(f, 0.5 * (lo + up), yerr=[0.5 * (up - lo), 0.5 * (up - lo)], fmt=marks[k % len(marks)],
+                    ms=4, mfc="none", capsize=2, lw=0.8, label=f"store: {m} [tpr_lower, tpr_upper]")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(a[0], 1.0)
+    ax.set_ylim(max(a[0], 1e-7), 1.1)
+    ax.set_xlabel("FPR (log scale)")
+    ax.set_ylabel("TPR (log scale)")
+    ax.set_title("best attack's TPR at each FPR (ROC, log-log)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6.5, loc="lower right")
+    fig.suptitle(f"{mechanism} sigma={spec['sigma']:g}, q={spec['q']:g} ({spec['sampling']}), "
+                 f"{spec['steps']:,} steps, relation {spec['relation']}; PLD interval {res['interval']:.3g}",
+                 fontsize=9)
+    fig.tight_layout()
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    res["file"] = _save(fig, path, dpi=85)
+    res["store_points"] = [{"method": m, "fpr": f.tolist(), "tpr_lower": lo.tolist(), "tpr_upper": up.tolist()}
+                           for m, f, lo, up in points]
+    return res
+
+
+def _save(fig, path: Path, dpi: int = 100) -> str:
     import matplotlib.pyplot as plt
 
     tmp = str(path) + ".tmp"
-    fig.savefig(tmp, format="png", dpi=100)
+    fig.savefig(tmp, format="png", dpi=dpi)
     plt.close(fig)
     os.replace(tmp, path)
     return path.name
@@ -631,6 +835,49 @@ def _markdown(res, files, command) -> str:
               _md_table(["relation", "q", "steps", "delta", "target eps", "sigma Poisson", "sigma WOR", "ratio"], rows),
               "", "</details>", ""]
 
+    # attack bounds (the TPR metric)
+    TP = res.get("tpr") or {}
+    if TP:
+        fp = ", ".join(f"{x:g}" for x in TP["fpr"])
+        L += ["## Attack bounds: largest TPR at each FPR", "",
+              f"Certified interval [tpr_lower, tpr_upper] of the largest true-positive rate of any membership "
+              f"test at FPR {fp} (`grid.fpr`; `Accountant.max_tpr`, docs/MATH.md section 10). Unsupported: the "
+              "method has no certified trade-off curve (estimates, peers). Width = (upper - lower)/upper. "
+              "The seconds of the tables above include the TPR metric (one block computes both).", ""]
+        rows = [[f"`{m}`", p["kind"], p["ok"], p["failed"], p["unsupported"], p["missing"], _pct(p["width_median"]),
+                 _pct(p["width_max"]), " / ".join(_pct(w) for w in p["width_median_by_fpr"])]
+                for m, p in TP["methods"].items()]
+        L += [_md_table(["method", "kind", "ok", "failed", "unsupported", "missing", "median width", "max width",
+                         f"median width at FPR {fp}"], rows), ""]
+        if TP["violations"]:
+            L += ["TPR intervals that do not overlap (an upper end below another method's lower end):", ""]
+            L += [_md_table(["upper of", "below lower of", "cells", "max gap"],
+                            [[f"`{v['upper_method']}`", f"`{v['lower_method']}`", v["cells"], _f(v["max_gap"], 3)]
+                             for v in TP["violations"]]), ""]
+        else:
+            L += ["Every pair of TPR intervals overlaps in every cell (no violations).", ""]
+    TC = res.get("tradeoff_curve")
+    if TC:
+        sp = TC["spec"]
+        e_lo, e_up = TC["eps_delta"]
+        L += ["## Trade-off curve of one configuration", "",
+              f"{TC['mechanism']} sigma = {sp['sigma']:g}, q = {sp['q']:g} ({sp['sampling']}), {sp['steps']:,} steps, "
+              f"relation {sp['relation']}: pldlib's PLD accountant at its default accuracy (interval "
+              f"{TC['interval']:.3g}; built and the curve at 300 alphas read in {TC['seconds']:.2f} s); certified "
+              f"eps({sp['delta']:g}) in [{e_lo:.4f}, {e_up:.4f}]. The Gaussian-DP (CLT) mu = {_f(TC['mu_clt'], 5)} "
+              "is an estimate (no guarantee); the last column is the largest TPR that the single pair "
+              f"({e_up:.4f}, {sp['delta']:g}) allows"
+              + ("." if TC["symmetric"] else " (one direction of the relation: its first line only)."), "",
+              _md_table(["FPR", "certified max TPR [lower, upper]", "Gaussian-DP estimate",
+                         f"implied by ({e_up:.4f}, {sp['delta']:g})"],
+                        [[f"{f:g}", f"[{lo:.5f}, {up:.5f}]", _f(g, 5), _f(i, 4)]
+                         for f, lo, up, g, i in zip(TC["fpr"], TC["tpr_lower"], TC["tpr_upper"], TC["tpr_gdp"],
+                                                    TC["tpr_implied"])]), ""]
+        if TC.get("store_points"):
+            L += ["The markers in the right panel are the store's own certified TPR intervals of this configuration ("
+                  + ", ".join(f"`{p['method']}`" for p in TC["store_points"]) + ").", ""]
+        L += [f"![trade-off curve]({TC['file']})", ""]
+
     # failures
     L += ["## Failures and unsupported cells", ""]
     rows = [[f"`{m}`", p["failed"], p["unsupported"], p["missing"]] for m, p in P.items()
@@ -725,13 +972,26 @@ def _errors(ds) -> dict:
     return out
 
 
-def write_report(store: str, out: str | None = None, command: str | None = None) -> str:
-    """Write REPORT.md, summary.json and PNGs into ``out``; returns the markdown path."""
+def write_report(store: str, out: str | None = None, command: str | None = None,
+                 tradeoff_curve: dict | bool | None = None) -> str:
+    """Write REPORT.md, summary.json and PNGs into ``out``; returns the markdown path.
+
+    ``tradeoff_curve``: the configuration whose trade-off curve to plot (``tradeoff_curve.png``,
+    :func:`tradeoff_curve_plot`); default: the store config's ``report.tradeoff_curve``, if any
+    (``False``: none)."""
     res, ds, arrays = analyse(store)
     res["errors"] = _errors(ds)
     out_dir = Path(out or default_out_dir(store))
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _plots(res, ds, arrays, out_dir)
+    if tradeoff_curve is None:
+        cfg = yaml.safe_load(ds.attrs.get("sweeps_config", "")) or {}
+        tradeoff_curve = (cfg.get("report") or {}).get("tradeoff_curve")
+    if tradeoff_curve is not None and tradeoff_curve is not False:
+        tc = tradeoff_curve_plot({} if tradeoff_curve is True else tradeoff_curve, out_dir / "tradeoff_curve.png",
+                                 mechanism=ds.attrs.get("mechanism", "gaussian"), ds=ds)
+        files["tradeoff_curve"] = tc["file"]
+        res["tradeoff_curve"] = tc
     res["plots"] = files
     res["command"] = command
     md = _markdown(res, files, command)

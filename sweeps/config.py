@@ -7,7 +7,17 @@ every problem raises :class:`ConfigError` whose message starts with the
 offending field, e.g. ``grid.sigma[2]: must be > 0, got -1.0``.
 
 ``report: {eps_targets: [...]}`` sets the target epsilons for which ``sweeps
-report`` inverts eps(sigma) (not part of the fingerprint).
+report`` inverts eps(sigma) (not part of the fingerprint); ``report:
+{tradeoff_curve: {sigma, q, steps, sampling, relation, delta}}`` asks ``sweeps
+report`` for the trade-off curve plot of that configuration
+(:func:`sweeps.campaign.tradeoff_curve_plot`).
+
+``grid.fpr: [1e-3, 1e-2]`` (false-positive rates in (0, 1)) makes every cell
+also store the certified interval ``[tpr_lower, tpr_upper]`` of the largest
+true-positive rate of any membership-inference test at each of them
+(:meth:`pldlib.methods.Accountant.max_tpr`), with its own ``fpr`` dimension in
+the store.  It is not a cell axis (a block spans all of it); it is part of the
+fingerprint only when given, so configs without it keep theirs.
 
 ``variants`` names the same method twice with different options, e.g.
 ``variants: {pld_buckets: pld}`` lets ``methods: [pld, pld_buckets]`` run
@@ -47,7 +57,7 @@ from pldlib.sampling import sampling_names  # noqa: E402
 
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
-    "config_kind",
+    "config_kind", "tradeoff_curve_spec", "TRADEOFF_CURVE_DEFAULTS", "GRID_EXTRA",
     "AXES", "MECHANISMS", "SAMPLINGS", "RELATIONS",
 ]
 
@@ -60,6 +70,11 @@ SAMPLINGS = sampling_names()
 RELATIONS = _RELATIONS
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
             "sampling", "relation", "quick", "variants", "report")
+#: grid keys that are not cell axes: false-positive rates of the TPR metric (``tpr_lower``,
+#: ``tpr_upper``; a block spans all of them)
+GRID_EXTRA = ("fpr",)
+#: keys of ``report:`` (not part of the fingerprint)
+REPORT_KEYS = ("eps_targets", "tradeoff_curve")
 #: what a ``quick:`` section may override (``sweeps run CONFIG --quick``)
 QUICK_KEYS = ("grid", "methods", "options", "store", "description")
 GENERATORS = ("geomspace", "linspace")
@@ -98,6 +113,7 @@ class SweepConfig:
     source: str | None = None  # the file it came from
     variants: dict = field(default_factory=dict)  # alias -> registered method
     report: dict = field(default_factory=dict)    # settings of `sweeps report` (not in the fingerprint)
+    fpr: tuple[float, ...] = ()  # false-positive rates of the TPR metric (grid.fpr; empty: none)
 
     def base_method(self, m: str) -> str:
         """The registered method behind ``m`` (``m`` itself unless it is a variant)."""
@@ -115,7 +131,8 @@ class SweepConfig:
             "store": self.store,
             "mechanism": self.mechanism,
             "methods": list(self.methods),
-            "grid": {a: list(getattr(self, a)) for a in AXES},
+            # grid.fpr only when given: configs without it keep their fingerprints
+            "grid": {**{a: list(getattr(self, a)) for a in AXES}, **({"fpr": list(self.fpr)} if self.fpr else {})},
             "options": {m: dict(self.options.get(m, {})) for m in self.methods},
             **({"variants": dict(self.variants)} if self.variants else {}),
             **({"report": dict(self.report)} if self.report else {}),
@@ -192,6 +209,29 @@ def _steps(fld, v) -> int:
     if x > MAX_STEPS:
         raise ConfigError(fld, f"steps must be <= {MAX_STEPS:.0e} (stored as int64), got {v!r}")
     return int(x)
+
+
+def _fpr(fld, v) -> float:
+    v = _number(fld, v)
+    if not (0.0 < v < 1.0):
+        raise ConfigError(fld, f"false-positive rate must be in (0, 1), got {v!r}")
+    return v
+
+
+def _fprs(fld: str, spec) -> tuple:
+    """``grid.fpr``: a list, one value or a generator of false-positive rates in (0, 1)."""
+    if isinstance(spec, (list, tuple)) and not spec:
+        raise ConfigError(fld, "is empty (leave grid.fpr out for no TPR metric)")
+    raw = _expand(fld, spec, numeric=True)
+    if not raw:
+        raise ConfigError(fld, "is empty (leave grid.fpr out for no TPR metric)")
+    vals = tuple(_fpr(f"{fld}[{i}]", v) for i, v in enumerate(raw))
+    seen = {}
+    for i, v in enumerate(vals):
+        if v in seen:
+            raise ConfigError(f"{fld}[{i}]", f"duplicate value {v!r} (also at index {seen[v]})")
+        seen[v] = i
+    return vals
 
 
 def _choice(options):
@@ -306,8 +346,8 @@ def _quick_variant(data: dict) -> dict:
         if not isinstance(q["grid"], dict):
             raise ConfigError("quick.grid", "must be a mapping axis -> values")
         for k in q["grid"]:
-            if k not in AXES:
-                raise ConfigError(f"quick.grid.{k}", f"unknown axis (known: {', '.join(AXES)})")
+            if k not in AXES + GRID_EXTRA:
+                raise ConfigError(f"quick.grid.{k}", f"unknown axis (known: {', '.join(AXES + GRID_EXTRA)})")
         grid = dict(out.get("grid") or {})
         for k, v in q["grid"].items():
             if k in ("sampling", "relation") and k in out:
@@ -414,8 +454,9 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         raise ConfigError("grid", f"must be a mapping axis -> values, got {type(grid).__name__}")
     grid = dict(grid)
     for k in grid:
-        if k not in AXES:
-            raise ConfigError(f"grid.{k}", f"unknown axis (known: {', '.join(AXES)})")
+        if k not in AXES + GRID_EXTRA:
+            raise ConfigError(f"grid.{k}", f"unknown axis (known: {', '.join(AXES + GRID_EXTRA)})")
+    fpr = _fprs("grid.fpr", grid.pop("fpr")) if "fpr" in grid else ()
     for k in ("sampling", "relation"):  # also accepted at top level
         if k in data:
             if k in grid:
@@ -436,17 +477,7 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         if small:
             raise ConfigError("grid.sampling", f"'none' needs q = 1 but grid.q has {small[0]!r}; use "
                                                "poisson or wor for q < 1 (with q = 1 they equal 'none')")
-    report = data.get("report") or {}
-    if not isinstance(report, dict):
-        raise ConfigError("report", "must be a mapping (key: eps_targets)")
-    for k in report:
-        if k != "eps_targets":
-            raise ConfigError(f"report.{k}", "unknown key (known: eps_targets)")
-    if "eps_targets" in report:
-        t = report["eps_targets"]
-        if not isinstance(t, list) or not t:
-            raise ConfigError("report.eps_targets", "must be a non-empty list of epsilons > 0")
-        report = {"eps_targets": [_positive(f"report.eps_targets[{i}]", v) for i, v in enumerate(t)]}
+    report = _report(data.get("report"))
     options = _options(methods, data.get("options"), variants)
     variants = {a: b for a, b in variants.items() if a in methods}
     if "quick" in data:  # the quick variant must be valid too (errors name quick.<field>)
@@ -458,7 +489,50 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
             raise ConfigError(f"quick.{e.field}", e.problem) from None
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, variants=variants,
-                       report=report, **axes)
+                       report=report, fpr=fpr, **axes)
+
+
+#: keys of ``report.tradeoff_curve`` and their defaults (the DP-SGD headline configuration)
+TRADEOFF_CURVE_DEFAULTS = {"sigma": 1.0, "q": 0.01, "steps": 10000, "sampling": "poisson",
+                           "relation": "add_remove", "delta": 1e-5}
+
+
+def _report(report) -> dict:
+    """Validate the ``report:`` section (settings of ``sweeps report``, not in the fingerprint)."""
+    report = report or {}
+    if not isinstance(report, dict):
+        raise ConfigError("report", f"must be a mapping (keys: {', '.join(REPORT_KEYS)})")
+    for k in report:
+        if k not in REPORT_KEYS:
+            raise ConfigError(f"report.{k}", f"unknown key (known: {', '.join(REPORT_KEYS)})")
+    out = {}
+    if "eps_targets" in report:
+        t = report["eps_targets"]
+        if not isinstance(t, list) or not t:
+            raise ConfigError("report.eps_targets", "must be a non-empty list of epsilons > 0")
+        out["eps_targets"] = [_positive(f"report.eps_targets[{i}]", v) for i, v in enumerate(t)]
+    if "tradeoff_curve" in report:
+        out["tradeoff_curve"] = tradeoff_curve_spec(report["tradeoff_curve"], "report.tradeoff_curve")
+    return out
+
+
+def tradeoff_curve_spec(spec, fld: str = "report.tradeoff_curve") -> dict:
+    """A validated ``report.tradeoff_curve`` (``true`` or ``{}``: the DP-SGD headline
+    configuration, sigma 1, q 0.01, 10,000 steps, Poisson, add_remove, delta 1e-5)."""
+    if spec is True or spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise ConfigError(fld, "must be true or a mapping with keys " + ", ".join(TRADEOFF_CURVE_DEFAULTS))
+    for k in spec:
+        if k not in TRADEOFF_CURVE_DEFAULTS:
+            raise ConfigError(f"{fld}.{k}", f"unknown key (known: {', '.join(TRADEOFF_CURVE_DEFAULTS)})")
+    out = {**TRADEOFF_CURVE_DEFAULTS, **spec}
+    checks = {"sigma": _positive, "q": _q, "steps": _steps, "delta": _delta,
+              "sampling": _choice(SAMPLINGS), "relation": _choice(RELATIONS)}
+    out = {k: checks[k](f"{fld}.{k}", v) for k, v in out.items()}
+    if out["sampling"] == "none" and out["q"] < 1.0:
+        raise ConfigError(f"{fld}.sampling", "'none' needs q = 1; use poisson or wor for q < 1")
+    return out
 
 
 def load_config(path: str | os.PathLike, quick: bool = False) -> SweepConfig:

@@ -29,7 +29,7 @@ import numpy as np
 
 from .config import SweepConfig, check_store_writable, load_config
 from .lease import HEARTBEAT, STALE_AFTER, Lease
-from .plan import DIMS, make_plan
+from .plan import DIMS, TPR_DIMS, make_plan
 from .preflight import (DEFAULT_WORKER_TIMEOUT, MAX_INFLIGHT, ClusterError, check_size, check_workers,
                         estimate_config, n_workers, summarize_workers)
 from .provenance import code_changes, environment
@@ -275,7 +275,9 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
     plan = make_plan(cfg)
     planned = check_store(path, plan, restart=restart)  # raises before anything is written
     status = read_status(path) if planned == "resume" else None  # cell status before this run
-    states = block_states(plan, status) if status is not None else np.zeros(len(plan.blocks), np.int8)
+    tpr_status = read_status(path, "tpr_status") if status is not None and plan.fprs else None
+    states = (block_states(plan, status, tpr_status) if status is not None
+              else np.zeros(len(plan.blocks), np.int8))
     n_todo = int((states != STATUS_OK).sum())
     report = RunReport(store=path, action=planned, n_blocks=len(plan.blocks),
                        already_done=len(plan.blocks) - n_todo)
@@ -317,7 +319,7 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
         say(f"{cfg.name}: {len(plan.blocks)} blocks x {plan.cells_per_block} cells, store {path} "
             f"({report.action}); {report.already_done} done, {n_todo} to compute")
         todo = (b for b in plan.blocks if states[b.number] != STATUS_OK)  # lazy: one Block at a time
-        _submit_and_write(client, where, plan, todo, n_todo, status, report, retries=retries, say=say,
+        _submit_and_write(client, where, plan, todo, n_todo, (status, tpr_status), report, retries=retries, say=say,
                           bar=Progress(n_todo, stream=stream, enabled=progress), on_result=on_result,
                           lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
                           worker_timeout=worker_timeout, max_inflight=max_inflight)
@@ -355,8 +357,11 @@ def _previous_env(runs: list) -> tuple[int, dict] | None:
 def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retries, say, bar, on_result,
                       lease, env, worker_timeout, max_inflight):
     """Submit ``todo`` (an iterator) keeping at most a bounded number of blocks in flight, write
-    each result as it arrives, keep the run record in the attrs."""
+    each result as it arrives, keep the run record in the attrs.  ``status``: the cell status and
+    the TPR cells' status (None) before this run (None, None: a new store)."""
     from distributed import CancelledError, as_completed
+
+    status, tpr_status = status
 
     from .peers import run_block  # sweeps.methods.run_block + estimates and unsupported cells
 
@@ -476,15 +481,19 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
                 if result.get("eps_upper") is None:
                     result.update(eps_lower=np.full((S, D), np.nan), eps_upper=np.full((S, D), np.nan),
                                   failed=np.ones((S, D), bool))
-                keep = None
+                keep = keep_tpr = None
                 if status is not None:  # cells that were ok before this run stay ok
                     reg = plan.region(b)
                     keep = (status[tuple(reg[d] for d in DIMS)] == STATUS_OK).reshape(S, D)
-                ready.append((b, result, report.run, keep))
+                    if tpr_status is not None:  # dims TPR_DIMS: fpr (spanned in full) in place of delta
+                        tkey = tuple(slice(None) if d == "fpr" else reg[d] for d in TPR_DIMS)
+                        keep_tpr = (tpr_status[tkey] == STATUS_OK).reshape(S, -1)
+                ready.append((b, result, report.run, keep, keep_tpr))
             fill()  # keep the workers busy while this batch is written
             # every result of the batch in one concurrent write (data chunks, then commit chunks)
-            for (b, result, _, _), cells in zip(ready, writer.write_many(ready)):
+            for (b, result, *_), (cells, tcells) in zip(ready, writer.write_many(ready, with_tpr=True)):
                 bad = bool((~np.isin(cells, STATUS_DONE)).any())  # unsupported cells are final answers
+                bad |= tcells is not None and bool((~np.isin(tcells, STATUS_DONE)).any())
                 report.failed += bad
                 report.ok += not bad
                 bar.update(failed=bad)

@@ -13,6 +13,15 @@ whole block.  ``pld`` is built in; ``prv``, ``spa``, ``rdp``, ``clt`` plug in
 with :func:`register` under their names (register them in a module that the
 workers import too, e.g. here).
 
+TPR metric (config ``grid.fpr``): a method registered with ``tradeoff=True``
+is called with the keyword ``fprs`` (the false-positive rates) when the sweep
+has them and returns a fourth element, a :class:`TprTable` (shape
+``(len(steps), len(fprs))``); pldlib's methods do (one accountant per steps
+value answers both tables: :meth:`pldlib.methods.Accountant.tables_per_steps`).
+A method without it (the peers, test methods), or one whose TPRs are
+unsupported (``clt``: no certified trade-off curve), gets NaN TPRs with status
+3 (unsupported) and the reason in the block's error text (prefixed ``tpr:``).
+
 :func:`run_block` is what a Dask task runs: it never raises for a block's own
 errors, it returns them as data.  Only errors that may be transient on
 another try (``OSError``, a ``MemoryError`` other than pldlib's
@@ -37,7 +46,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Method", "register", "get_method", "method_names", "make_mechanism", "run_block",
+__all__ = ["Method", "TprTable", "register", "get_method", "method_names", "make_mechanism", "run_block",
            "ERROR_TEXT_MAX"]
 
 #: longest error text kept per block (characters)
@@ -51,6 +60,7 @@ class Method:
     options: dict = field(default_factory=dict)   # option -> validator(field, value) -> value
     defaults: dict = field(default_factory=dict)  # option -> default value
     description: str = ""
+    tradeoff: bool = False  # takes ``fprs=`` and returns a TprTable as a 4th element (module doc)
 
     def validate_options(self, fld: str, given: dict) -> dict:
         from .config import ConfigError
@@ -68,11 +78,24 @@ class Method:
 _REGISTRY: dict[str, Method] = {}
 
 
+@dataclass
+class TprTable:
+    """A method's answer for the TPR metric: certified ``lower``/``upper`` of the largest TPR at
+    each false-positive rate, shape ``(len(steps), len(fprs))`` (NaN = not computed, ``notes``
+    say why); ``unsupported`` (the reason) when the method has no certified trade-off curve."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+    notes: list = field(default_factory=list)
+    unsupported: str = ""
+
+
 def register(name: str, *, options: dict | None = None, defaults: dict | None = None,
-             description: str = ""):
-    """Decorator: make ``fn`` available as method ``name`` in configs."""
+             description: str = "", tradeoff: bool = False):
+    """Decorator: make ``fn`` available as method ``name`` in configs (``tradeoff``: ``fn``
+    answers the TPR metric, see the module doc)."""
     def deco(fn):
-        _REGISTRY[name] = Method(name, fn, dict(options or {}), dict(defaults or {}), description)
+        _REGISTRY[name] = Method(name, fn, dict(options or {}), dict(defaults or {}), description, tradeoff)
         return fn
     return deco
 
@@ -220,7 +243,7 @@ def accountant_for(name: str, params: dict, options: dict):
 
 
 def _registry_method(name: str):
-    def fn(params, steps, deltas, options):
+    def fn(params, steps, deltas, options, fprs=None):
         from pldlib.methods import UnsupportedEventError, method_info
 
         from .peers import Unsupported, record
@@ -232,17 +255,24 @@ def _registry_method(name: str):
                 acc.fresh().compose(event)
             except UnsupportedEventError as e:
                 raise Unsupported(str(e)) from None
-        lo, est, up, notes = acc.epsilon_per_steps(event, [int(k) for k in steps], deltas)
+        ks = [int(k) for k in steps]
+        tpr = None
+        if fprs:
+            t = acc.tables_per_steps(event, ks, deltas, fprs)
+            lo, est, up, notes = t.eps_lower, t.eps_estimate, t.eps_upper, t.notes
+            tpr = TprTable(t.tpr_lower, t.tpr_upper, list(t.tpr_notes), t.tpr_unsupported)
+        else:  # exactly the calls of a sweep without the TPR metric
+            lo, est, up, notes = acc.epsilon_per_steps(event, ks, deltas)
         if np.isfinite(est).any():
             record(estimate=est)
         if method_info(name).kind == "estimate":
-            nan = np.full(np.shape(est), np.nan)
-            return nan, nan, notes
-        return lo, up, notes
+            lo = up = np.full(np.shape(est), np.nan)
+        return (lo, up, notes) if tpr is None else (lo, up, notes, tpr)
     fn.__name__ = f"{name}_method"
     fn.__doc__ = (f"Sweep method {name!r}: the pldlib accountant registered under this name, "
                   "one accountant per block answering every steps value and delta of its row "
-                  "(:meth:`pldlib.methods.Accountant.epsilon_per_steps`).")
+                  "(:meth:`pldlib.methods.Accountant.epsilon_per_steps`); with ``fprs`` also the "
+                  "certified max TPR (:meth:`pldlib.methods.Accountant.tables_per_steps`).")
     return fn
 
 
@@ -253,7 +283,7 @@ def _register_pldlib_methods() -> None:
         cls = accountant_class(name)
         opts = {o: _option_validator(name, o) for o in _constructor_options(cls) if o not in SWEEP_FIXED.get(name, {})}
         register(name, options=opts, defaults=SWEEP_DEFAULTS.get(name, {}),
-                 description=method_info(name).summary)(_registry_method(name))
+                 description=method_info(name).summary, tradeoff=True)(_registry_method(name))
 
 
 _register_pldlib_methods()
@@ -269,13 +299,19 @@ def _transient(e: BaseException) -> bool:
 def run_block(spec: dict) -> dict:
     """Compute one block (runs on a worker).  Pure data in and out.
 
-    ``spec``: ``{"index", "params", "steps", "deltas", "options"}`` (see
-    :meth:`sweeps.plan.Plan.spec`).  Returns ``{"index", "eps_lower",
-    "eps_upper", "failed" (bool mask), "error" (text, "" if none), "seconds"
-    (method time), "host", "finished_at"}``.
+    ``spec``: ``{"index", "params", "steps", "deltas", "options"}`` and, with the
+    TPR metric, ``"fprs"`` (see :meth:`sweeps.plan.Plan.spec`).  Returns
+    ``{"index", "eps_lower", "eps_upper", "failed" (bool mask), "error" (text, ""
+    if none), "seconds" (method time), "host", "finished_at"}``; with ``fprs`` also
+    ``"tpr_lower", "tpr_upper", "tpr_failed", "tpr_unsupported"`` (steps x fprs;
+    the masks: not computed, and not computed because the method has no
+    certified trade-off curve).
     """
     params, options = spec["params"], spec["options"]
     shape = (len(spec["steps"]), len(spec["deltas"]))
+    fprs = list(spec.get("fprs") or [])
+    tshape = (len(spec["steps"]), len(fprs))
+    tpr = None
     out = {"index": spec["index"], "host": f"{socket.gethostname()}:{os.getpid()}"}
     import pldlib  # noqa: F401  (first use in a fresh worker: keep the import out of ``seconds``)
 
@@ -287,8 +323,11 @@ def run_block(spec: dict) -> dict:
     try:
         if _selected(options.get("fail"), params):
             raise RuntimeError("test-only 'fail' option selected this block")
-        fn = get_method(params["method"]).fn
-        res = fn(params, list(spec["steps"]), list(spec["deltas"]), options)
+        method = get_method(params["method"])
+        if fprs and method.tradeoff:
+            res = method.fn(params, list(spec["steps"]), list(spec["deltas"]), options, fprs=fprs)
+        else:
+            res = method.fn(params, list(spec["steps"]), list(spec["deltas"]), options)
         lo, up = np.asarray(res[0], dtype=float), np.asarray(res[1], dtype=float)
         notes = list(res[2]) if len(res) > 2 else []
         if lo.shape != shape or up.shape != shape:
@@ -298,6 +337,11 @@ def run_block(spec: dict) -> dict:
         if failed.any() and not notes:
             notes = [f"{int(failed.sum())} cells not computed (no reason given)"]
         error = "; ".join(dict.fromkeys(notes))  # dedupe, keep order
+        if fprs:
+            tpr = res[3] if len(res) > 3 else TprTable(
+                np.full(tshape, np.nan), np.full(tshape, np.nan), [],
+                f"method {params['method']!r} gives no certified trade-off curve (no TPR metric)")
+            tpr = _tpr_cells(tpr, tshape)
     except Exception as e:
         if _transient(e):
             raise  # let Dask retry it (client.submit(..., retries=N))
@@ -307,9 +351,42 @@ def run_block(spec: dict) -> dict:
         tb = traceback.extract_tb(e.__traceback__)
         where = f" [at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}]" if tb else ""
         error = _short(e) + where
+        tpr = None
+    if fprs:
+        tl, tu, tf, tn, note = tpr if tpr is not None else _tpr_cells(None, tshape)
+        out.update(tpr_lower=tl, tpr_upper=tu, tpr_failed=tf, tpr_unsupported=tn, tpr_note=note)
+        error = "; ".join(t for t in (error, note) if t)
     out.update(eps_lower=lo, eps_upper=up, failed=failed, error=error[:ERROR_TEXT_MAX],
                seconds=time.perf_counter() - t0, finished_at=time.time())
     return out
+
+
+def _tpr_cells(tpr, tshape):
+    """``(lower, upper, failed, unsupported, note)`` of the TPR metric from a method's
+    :class:`TprTable` (None: the block failed, every TPR cell failed with it); ``note`` is the
+    text that joins the block's error ("" if none)."""
+    if tpr is None:
+        nan = np.full(tshape, np.nan)
+        return nan, nan.copy(), np.ones(tshape, bool), np.zeros(tshape, bool), ""
+    tl = np.asarray(tpr.lower, dtype=float)
+    tu = np.asarray(tpr.upper, dtype=float)
+    if tl.shape != tshape or tu.shape != tshape:
+        raise ValueError(f"TPR table of shape {tl.shape}/{tu.shape}, expected {tshape}")
+    tnotes = list(tpr.notes)
+    if tpr.unsupported:
+        tl = tu = np.full(tshape, np.nan)
+        tfailed = np.ones(tshape, bool)
+        tunsup = np.ones(tshape, bool)
+        tnotes = [tpr.unsupported]
+    else:
+        tfailed = ~(np.isfinite(tu) & np.isfinite(tl))
+        tunsup = np.zeros(tshape, bool)
+        if tfailed.any() and not tnotes:
+            tnotes = [f"{int(tfailed.sum())} TPR cells not computed (no reason given)"]
+    tl = np.where(tfailed, np.nan, tl)
+    tu = np.where(tfailed, np.nan, tu)
+    note = "tpr: " + "; ".join(dict.fromkeys(tnotes)) if tnotes else ""
+    return tl, tu, tfailed, tunsup, note
 
 
 from . import peers as _peers  # noqa: E402,F401  (registers dp_accounting, prv_accountant, clt; spa estimates)

@@ -126,6 +126,8 @@ def run_block(spec: dict) -> dict:
     failed = np.asarray(out["failed"], dtype=bool)
     if failed.all() and out["error"].startswith(UNSUPPORTED_PREFIXES):
         out["unsupported"] = np.ones(shape, dtype=bool)
+        if "tpr_failed" in out:  # an unsupported block has no TPRs either
+            out["tpr_unsupported"] = np.ones(np.shape(out["tpr_failed"]), dtype=bool)
         return out
     est = box.get("estimate")
     if est is None or est.shape != shape:
@@ -137,6 +139,7 @@ def run_block(spec: dict) -> dict:
         out["eps_lower"] = np.full(shape, np.nan)
         out["eps_upper"] = np.full(shape, np.nan)
         notes = box.get("notes") or ([f"{int(failed.sum())} cells without an estimate"] if failed.any() else [])
+        notes += [out["tpr_note"]] if out.get("tpr_note") else []  # the TPR metric's own note
         out["error"] = "; ".join(dict.fromkeys(notes))
     out["eps_estimate"] = np.where(failed, np.nan, est)
     return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from .config import SweepConfig
 
-__all__ = ["DIMS", "BLOCK_DIMS", "CELL_DIMS", "Block", "Plan", "make_plan"]
+__all__ = ["DIMS", "BLOCK_DIMS", "CELL_DIMS", "TPR_DIMS", "Block", "Plan", "make_plan"]
 
 #: dimensions of the cell variables (eps_lower, eps_upper, seconds, status), in order
 DIMS = ("sigma", "q", "steps", "delta", "sampling", "relation", "method")
@@ -25,6 +25,8 @@ DIMS = ("sigma", "q", "steps", "delta", "sampling", "relation", "method")
 BLOCK_DIMS = ("sigma", "q", "sampling", "relation", "method")
 #: dimensions a block spans in full
 CELL_DIMS = ("steps", "delta")
+#: dimensions of the TPR variables (config ``grid.fpr``): the cell dims with ``fpr`` for ``delta``
+TPR_DIMS = ("sigma", "q", "steps", "fpr", "sampling", "relation", "method")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ class Plan:
         return {d: (len(self.coords[d]) if d in CELL_DIMS else 1) for d in DIMS}
 
     @property
+    def fprs(self) -> tuple:
+        """The false-positive rates of the TPR metric (``grid.fpr``; empty: no TPR variables)."""
+        return tuple(self.config.fpr)
+
+    @property
     def cells_per_block(self) -> int:
         return len(self.coords["steps"]) * len(self.coords["delta"])
 
@@ -73,13 +80,16 @@ class Plan:
     def spec(self, block: Block) -> dict:
         """What a worker needs for ``block`` (plain data, cheap to pickle)."""
         m = block.params["method"]
-        return {
+        spec = {
             "index": block.number,
             "params": dict(block.params),
             "steps": list(self.coords["steps"]),
             "deltas": list(self.coords["delta"]),
             "options": dict(self.config.options.get(m, {})),
         }
+        if self.fprs:
+            spec["fprs"] = list(self.fprs)
+        return spec
 
 
 def _cost(sigma: float) -> float:

@@ -28,6 +28,8 @@ DEFAULT_MAX_CELLS = 10**8
 DEFAULT_WORKER_TIMEOUT = 120.0
 #: bytes per cell in the store, uncompressed (eps_lower, eps_upper, eps_estimate, seconds, status)
 CELL_BYTES = 4 * 8 + 1
+#: bytes per TPR cell (grid.fpr: tpr_lower, tpr_upper, tpr_status)
+TPR_CELL_BYTES = 2 * 8 + 1
 #: bytes per block in the store (run, finished_at, error and host text, chunk keys)
 BLOCK_BYTES = 2 + 8 + 64 + 64
 #: driver bytes per cell (the status array read on resume) and per block (states, numbers)
@@ -71,15 +73,16 @@ def _size(n: float) -> str:
     return f"{n:.3g} PB"  # pragma: no cover
 
 
-def _make(sizes: dict) -> Estimate:
+def _make(sizes: dict, n_fpr: int = 0) -> Estimate:
     cpb = sizes["steps"] * sizes["delta"]
     blocks = math.prod(v for k, v in sizes.items() if k not in ("steps", "delta"))
     cells = blocks * cpb
+    tpr_cells = blocks * sizes["steps"] * n_fpr  # the TPR metric (grid.fpr)
     inflight = min(blocks, MAX_INFLIGHT)
     return Estimate(cells=cells, blocks=blocks, cells_per_block=cpb,
-                    store_bytes=cells * CELL_BYTES + blocks * BLOCK_BYTES,
-                    driver_bytes=cells * DRIVER_CELL_BYTES + blocks * DRIVER_BLOCK_BYTES
-                    + inflight * (DRIVER_INFLIGHT_BYTES + 8 * 8 * cpb))
+                    store_bytes=cells * CELL_BYTES + tpr_cells * TPR_CELL_BYTES + blocks * BLOCK_BYTES,
+                    driver_bytes=(cells + tpr_cells) * DRIVER_CELL_BYTES + blocks * DRIVER_BLOCK_BYTES
+                    + inflight * (DRIVER_INFLIGHT_BYTES + 8 * 8 * cpb + 3 * 8 * sizes["steps"] * n_fpr))
 
 
 def _axis_len(spec) -> int | None:
@@ -127,11 +130,11 @@ def estimate_data(data, quick: bool = False) -> Estimate | None:
         sizes[a] = n
     methods = data.get("methods", ["pld"])
     sizes["method"] = 1 if isinstance(methods, str) else (len(methods) if isinstance(methods, list) else 1)
-    return _make(sizes)
+    return _make(sizes, (_axis_len(grid["fpr"]) or 0) if "fpr" in grid else 0)
 
 
 def estimate_config(cfg) -> Estimate:
-    return _make({d: len(cfg.axis(d)) for d in AXES + ("method",)})
+    return _make({d: len(cfg.axis(d)) for d in AXES + ("method",)}, len(cfg.fpr))
 
 
 def check_size(est: Estimate | None, max_cells: int | None = None) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .plan import BLOCK_DIMS, DIMS
+from .plan import BLOCK_DIMS, DIMS, TPR_DIMS
 from .store import (STATUS_DONE, STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, StoreError,
                     open_dataset)
 
@@ -74,6 +74,10 @@ def status_summary(path: str) -> dict:
     # block state: reduce over steps and delta
     b = st.reshape(st.shape[0], st.shape[1], -1, *st.shape[4:]) if st.size else st
     allok = np.isin(b, STATUS_DONE).all(axis=2)  # ok or unsupported: final answers
+    tst = ds["tpr_status"].transpose(*TPR_DIMS).values if "tpr_status" in ds else None
+    if tst is not None and tst.size:  # the TPR cells of a block must be final answers too
+        tb = tst.reshape(tst.shape[0], tst.shape[1], -1, *tst.shape[4:])
+        allok &= np.isin(tb, STATUS_DONE).all(axis=2)
     allmiss = (b == STATUS_MISSING).all(axis=2)
     allunsup = (b == STATUS_UNSUPPORTED).all(axis=2)
     n_blocks = int(allok.size)
@@ -98,6 +102,11 @@ def status_summary(path: str) -> dict:
         "cells": {"ok": int((st == STATUS_OK).sum()), "failed": int((st == STATUS_FAILED).sum()),
                   "missing": int((st == STATUS_MISSING).sum()),
                   "unsupported": int((st == STATUS_UNSUPPORTED).sum()), "total": int(st.size)},
+        **({"fpr": [float(x) for x in ds.indexes["fpr"]],
+            "tpr_cells": {"ok": int((tst == STATUS_OK).sum()), "failed": int((tst == STATUS_FAILED).sum()),
+                          "missing": int((tst == STATUS_MISSING).sum()),
+                          "unsupported": int((tst == STATUS_UNSUPPORTED).sum()), "total": int(tst.size)}}
+           if tst is not None else {}),
         "compute_seconds": float(np.nansum(secs)),
         "runs": json.loads(ds.attrs.get("runs", "[]")),
         "created": ds.attrs.get("created", ""),
@@ -126,8 +135,13 @@ def status_text(s: dict, max_errors: int = 10) -> str:
         + (f" (done includes {b['unsupported']} unsupported)" if b.get("unsupported") else ""),
         f"cells     ok {c['ok']}, failed {c['failed']}, missing {c['missing']}"
         + (f", unsupported {c['unsupported']}" if c.get("unsupported") else ""),
-        f"compute   {s['compute_seconds']:.1f} s in total (sum of block compute times)",
     ]
+    if s.get("tpr_cells"):
+        t = s["tpr_cells"]
+        lines.append(f"tpr cells ok {t['ok']}, failed {t['failed']}, missing {t['missing']}"
+                     + (f", unsupported {t['unsupported']}" if t["unsupported"] else "")
+                     + " (max TPR at FPR " + ", ".join(f"{x:g}" for x in s["fpr"]) + ")")
+    lines.append(f"compute   {s['compute_seconds']:.1f} s in total (sum of block compute times)")
     if s["runs"]:
         last = s["runs"][-1]
         lines.append(f"runs      {len(s['runs'])}; last: run {last['run']} {last['state']} "
@@ -217,6 +231,15 @@ def show_text(path: str, sel: dict | None = None, max_tables: int = 50) -> str:
             cells.append([fmt_interval(lo[i, j], up[i, j], st[i, j], est=est[i, j])
                           for j in range(ds.sizes["delta"])])
         lines += _grid_table("steps", [str(s) for s in ds.indexes["steps"]], cols, cells)
+        if "tpr_status" in sub:
+            tst = sub["tpr_status"].transpose("steps", "fpr").values
+            tlo = sub["tpr_lower"].transpose("steps", "fpr").values
+            tup = sub["tpr_upper"].transpose("steps", "fpr").values
+            lines.append("max TPR of any membership test at FPR, as [lower, upper], rounded outwards")
+            tcells = [[fmt_interval(tlo[i, j], tup[i, j], tst[i, j]) for j in range(ds.sizes["fpr"])]
+                      for i in range(ds.sizes["steps"])]
+            lines += _grid_table("steps", [str(s) for s in ds.indexes["steps"]],
+                                 [f"fpr={v:.3g}" for v in ds.indexes["fpr"]], tcells)
         if err:
             lines.append(f"error: {err}")
         lines.append("")

@@ -9,6 +9,13 @@ Layout (an xarray Dataset, zarr format 3, consolidated metadata):
   NaN where the method gives none -- e.g. ``clt``, whose bounds are NaN),
   ``status`` (int8: 0 missing, 1 ok, 2 failed, 3 unsupported -- the method
   does not handle this combination, e.g. WOR sampling in dp_accounting);
+* with the TPR metric (config ``grid.fpr``), variables with dims ``(sigma, q,
+  steps, fpr, sampling, relation, method)``: ``tpr_lower``, ``tpr_upper``
+  (float64: the certified interval of the largest true-positive rate of any
+  membership test at false-positive rate ``fpr``; NaN where not computed) and
+  ``tpr_status`` (int8, same codes as ``status``; 3 = the method has no
+  certified trade-off curve, e.g. ``clt`` and the peers).  A block is done when
+  its cells and its TPR cells are all ok or unsupported;
 * block variables, dims ``(sigma, q, sampling, relation, method)``:
   ``error`` (variable-length UTF-8 text, "" when none), ``run`` (int16, the
   run that wrote the block, 0 = never), ``finished_at`` (float64 unix time),
@@ -45,11 +52,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .plan import BLOCK_DIMS, DIMS, Block, Plan
+from .plan import BLOCK_DIMS, DIMS, TPR_DIMS, Block, Plan
 
 __all__ = ["StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "STATUS_UNSUPPORTED",
            "STATUS_DONE", "STATUS_CODES",
-           "CELL_VARS", "BLOCK_VARS", "read_attrs", "store_exists", "create_skeleton",
+           "CELL_VARS", "BLOCK_VARS", "TPR_VARS", "read_attrs", "store_exists", "create_skeleton",
            "check_store", "prepare_store", "read_status", "block_states", "BlockWriter", "update_attrs",
            "open_dataset", "now_iso"]
 
@@ -60,6 +67,17 @@ STATUS_CODES = ("0 = missing (not computed yet), 1 = ok, 2 = failed (see the blo
                 "3 = unsupported (the method does not handle this combination; see the block's error)")
 CELL_VARS = ("eps_lower", "eps_upper", "eps_estimate", "seconds", "status")
 BLOCK_VARS = ("error", "run", "finished_at", "host")
+#: variables of the TPR metric (dims :data:`sweeps.plan.TPR_DIMS`; only with ``grid.fpr``)
+TPR_VARS = ("tpr_lower", "tpr_upper", "tpr_status")
+
+
+def _vars(plan: Plan) -> tuple:
+    """The variables of ``plan``'s store: the TPR ones only with ``grid.fpr``."""
+    return CELL_VARS + BLOCK_VARS + (TPR_VARS if plan.fprs else ())
+
+
+def _dims(var: str) -> tuple:
+    return TPR_DIMS if var in TPR_VARS else DIMS if var in CELL_VARS else BLOCK_DIMS
 STORE_FORMAT = 2  # 2: eps_estimate and status 3 (unsupported)
 STR = np.dtypes.StringDType()
 
@@ -184,7 +202,21 @@ def _template(plan: Plan, attrs: dict):
         "host": (BLOCK_DIMS, da.full(bshape, "", chunks=bchunks, dtype=STR),
                  {"long_name": "worker (host:pid) that computed the block"}),
     }
+    if plan.fprs:
+        coords["fpr"] = np.array(plan.fprs, dtype=np.float64)
+        tshape = tuple(plan.shape[d] if d != "fpr" else len(plan.fprs) for d in TPR_DIMS)
+        data["tpr_lower"] = (TPR_DIMS, da.full(tshape, np.nan, chunks=tshape, dtype=np.float64),
+                             {"long_name": "certified lower bound on the largest true-positive rate of any "
+                                           "membership test at false-positive rate fpr"})
+        data["tpr_upper"] = (TPR_DIMS, da.full(tshape, np.nan, chunks=tshape, dtype=np.float64),
+                             {"long_name": "certified upper bound on the largest true-positive rate of any "
+                                           "membership test at false-positive rate fpr"})
+        data["tpr_status"] = (TPR_DIMS, da.zeros(tshape, chunks=tshape, dtype=np.int8),
+                              {"long_name": "status of the TPR cell", "flag_values": [0, 1, 2, 3],
+                               "flag_meanings": "missing ok failed unsupported", "codes": STATUS_CODES})
     ds = xr.Dataset({k: xr.Variable(*v) for k, v in data.items()}, coords=coords)
+    if plan.fprs:
+        ds.coords["fpr"].attrs["long_name"] = "false-positive rate of the membership test"
     ds.coords["sigma"].attrs["long_name"] = (
         "Laplace noise scale b" if plan.config.mechanism == "laplace" else "Gaussian noise multiplier sigma")
     ds.coords["q"].attrs["long_name"] = "sampling rate"
@@ -221,8 +253,9 @@ def create_skeleton(path: str, plan: Plan) -> None:
     }
     ds = _template(plan, attrs)
     zchunks = tuple(plan.chunks[d] for d in DIMS)
-    encoding = {v: {"chunks": zchunks if v in CELL_VARS else (1,) * len(BLOCK_DIMS)}
-                for v in CELL_VARS + BLOCK_VARS}
+    tchunks = tuple(len(plan.fprs) if d == "fpr" else plan.chunks[d] for d in TPR_DIMS)
+    encoding = {v: {"chunks": zchunks if v in CELL_VARS else tchunks if v in TPR_VARS else (1,) * len(BLOCK_DIMS)}
+                for v in _vars(plan)}
     if _is_local(path):
         final = Path(path.removeprefix("file://"))
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -291,28 +324,31 @@ def _check_layout(path: str, plan: Plan) -> None:
 
     with _quiet():
         g = zarr.open_group(path, mode="r")
-    for v in CELL_VARS + BLOCK_VARS:
-        dims = DIMS if v in CELL_VARS else BLOCK_DIMS
-        want = tuple(plan.shape[d] for d in dims)
+    for v in _vars(plan):
+        want = tuple(len(plan.fprs) if d == "fpr" else plan.shape[d] for d in _dims(v))
         if v not in g or tuple(g[v].shape) != want:
             raise StoreError(f"{path!r} is incomplete or has another layout (variable {v!r}); "
                              "use --restart to start over")
 
 
-def read_status(path: str) -> np.ndarray:
-    """The cell status array, dims in :data:`DIMS` order."""
+def read_status(path: str, var: str = "status") -> np.ndarray:
+    """The cell status array, dims in :data:`DIMS` order (``var="tpr_status"``: the TPR
+    cells', dims in :data:`sweeps.plan.TPR_DIMS` order)."""
     import zarr
 
     with _quiet():
         g = zarr.open_group(path, mode="r")
-    return np.asarray(g["status"][...])
+    return np.asarray(g[var][...])
 
 
-def block_states(plan: Plan, status: np.ndarray) -> np.ndarray:
+def block_states(plan: Plan, status: np.ndarray, tpr_status: np.ndarray | None = None) -> np.ndarray:
     """Per block (in plan order): 0 missing (no cell written), 1 done (every cell ok or
-    unsupported: final answers), 2 failed/partial.  Vectorised: no Block objects are made."""
+    unsupported: final answers; with ``tpr_status`` every TPR cell too), 2 failed/partial.
+    Vectorised: no Block objects are made."""
     cell_axes = tuple(DIMS.index(d) for d in DIMS if d not in BLOCK_DIMS)
     done = np.isin(status, STATUS_DONE).all(axis=cell_axes)       # dims: DIMS without steps, delta
+    if tpr_status is not None and tpr_status.size:
+        done &= np.isin(tpr_status, STATUS_DONE).all(axis=cell_axes)  # same block dims, same order
     missing = (status == STATUS_MISSING).all(axis=cell_axes)
     rest = [d for d in DIMS if d in BLOCK_DIMS]
     perm = [rest.index(d) for d in BLOCK_DIMS]
@@ -351,28 +387,29 @@ class BlockWriter:
             g = zarr.open_group(path, mode="r+")
         self.chunks = {}
         self.arrays = {}
-        for v in CELL_VARS + BLOCK_VARS:
-            dims = DIMS if v in CELL_VARS else BLOCK_DIMS
-            self.chunks[v] = dict(zip(dims, g[v].chunks))
+        for v in _vars(plan):
+            self.chunks[v] = dict(zip(_dims(v), g[v].chunks))
             self.arrays[v] = g[v]  # opened once: each write is one chunk, no metadata work
 
     def _assert_aligned(self, var: str, region: dict) -> None:
         for d, sl in region.items():
-            c, n = self.chunks[var][d], self.plan.shape[d]
+            c, n = self.chunks[var][d], (len(self.plan.fprs) if d == "fpr" else self.plan.shape[d])
             if sl.start % c != 0 or sl.stop != min(sl.start + c, n):
                 raise AssertionError(f"region {d}={sl} of {var!r} is not exactly one chunk (chunk size {c})")
 
-    def write(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None) -> np.ndarray:
+    def write(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None,
+              keep_tpr: np.ndarray | None = None) -> np.ndarray:
         """Write one block (see :meth:`write_many`); returns its cell status (steps, delta)."""
-        return self.write_many([(block, result, run, keep_ok)])[0]
+        return self.write_many([(block, result, run, keep_ok, keep_tpr)])[0]
 
-    def write_many(self, items) -> list:
-        """Write several blocks: ``items`` of ``(block, result, run, keep_ok)``.
+    def write_many(self, items, with_tpr: bool = False) -> list:
+        """Write several blocks: ``items`` of ``(block, result, run, keep_ok[, keep_tpr])``.
 
         All data chunks of all the blocks are written concurrently (zarr's async
         API, one event-loop round trip), and only then all their commit chunks
-        (``status``, ``run``): a block is never "ok" before its data is there.
-        Returns each block's written cell status.
+        (``status``, ``tpr_status``, ``run``): a block is never "ok" before its data is there.
+        Returns each block's written cell status (``with_tpr``: pairs of it and the
+        TPR cells' status, steps x fpr, None without the TPR metric).
         """
         prepared = [self._prepare(*it) for it in items]
         if not prepared:
@@ -386,7 +423,8 @@ class BlockWriter:
                 for v, a in p[group].items():
                     if group == "data" and self.fresh and _all_fill(a):
                         continue
-                    yield self.arrays[v].async_array.setitem(p["key"] if v in CELL_VARS else p["bkey"], a)
+                    key = p["key"] if v in CELL_VARS else p["tkey"] if v in TPR_VARS else p["bkey"]
+                    yield self.arrays[v].async_array.setitem(key, a)
 
         async def go():
             await asyncio.gather(*coros("data"))
@@ -394,17 +432,23 @@ class BlockWriter:
 
         with _quiet():
             sync(go())
+        if with_tpr:
+            return [(p["status"], p.get("tpr_status")) for p in prepared]
         return [p["status"] for p in prepared]
 
-    def _prepare(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None) -> dict:
+    def _prepare(self, block: Block, result: dict, run: int, keep_ok: np.ndarray | None = None,
+                 keep_tpr: np.ndarray | None = None) -> dict:
         """The chunks to write for ``result`` (from :func:`sweeps.methods.run_block`) of ``block``.
 
         ``keep_ok``: boolean (steps, delta) mask of cells already ok in the
         store; where the new result failed them, the old values are kept
-        (a retry never writes a worse result over a good one).  Optional
-        result keys: ``eps_estimate`` (steps, delta) and ``unsupported`` (a
-        boolean mask of failed cells that are status 3, not 2; see
-        :mod:`sweeps.peers`).  Returns the written cell status (steps, delta).
+        (a retry never writes a worse result over a good one); ``keep_tpr`` the
+        same for the TPR cells (steps, fpr).  Optional result keys:
+        ``eps_estimate`` (steps, delta), ``unsupported`` (a boolean mask of
+        failed cells that are status 3, not 2; see :mod:`sweeps.peers`) and the
+        TPR metric's ``tpr_lower``, ``tpr_upper``, ``tpr_failed``,
+        ``tpr_unsupported`` (steps, fpr; missing: every TPR cell failed).
+        Returns the written cell status (steps, delta).
         """
         plan = self.plan
         S, D = len(plan.coords["steps"]), len(plan.coords["delta"])
@@ -452,11 +496,56 @@ class BlockWriter:
         commit = {"status": cell(status), "run": blk(run, np.int16)}
         key = tuple(region[d] for d in DIMS)
         bkey = tuple(bregion[d] for d in BLOCK_DIMS)
+        out = {"data": data, "commit": commit, "key": key, "bkey": bkey, "status": status}
+        tregion = None
+        if plan.fprs:
+            tregion = {d: (slice(0, len(plan.fprs)) if d == "fpr" else region[d]) for d in TPR_DIMS}
+            tl, tu, tstatus = self._tpr(result, tregion, keep_tpr)
+            F = len(plan.fprs)
+
+            def tcell(a):  # (S, F) -> TPR_DIMS-shaped region
+                return np.ascontiguousarray(a).reshape(1, 1, S, F, 1, 1, 1)
+
+            data.update(tpr_lower=tcell(tl), tpr_upper=tcell(tu))
+            commit["tpr_status"] = tcell(tstatus)
+            out.update(tkey=tuple(tregion[d] for d in TPR_DIMS), tpr_status=tstatus)
         for group in (data, commit):
             for v in group:
-                self._assert_aligned(v, region if v in CELL_VARS else bregion)
+                self._assert_aligned(v, region if v in CELL_VARS else tregion if v in TPR_VARS else bregion)
         # each assignment writes exactly one whole chunk; data first, then the commit marker
-        return {"data": data, "commit": commit, "key": key, "bkey": bkey, "status": status}
+        return out
+
+    def _tpr(self, result: dict, tregion: dict, keep_tpr: np.ndarray | None):
+        """``(lower, upper, status)`` of the block's TPR cells (steps, fpr) from ``result``."""
+        S, F = len(self.plan.coords["steps"]), len(self.plan.fprs)
+        if result.get("tpr_upper") is None:  # a lost block, or a result without the metric
+            tl, tu = np.full((S, F), np.nan), np.full((S, F), np.nan)
+            tfailed, tunsup = np.ones((S, F), bool), np.zeros((S, F), bool)
+        else:
+            tl = np.asarray(result["tpr_lower"], dtype=np.float64).reshape(S, F)
+            tu = np.asarray(result["tpr_upper"], dtype=np.float64).reshape(S, F)
+            tfailed = np.asarray(result["tpr_failed"], dtype=bool).reshape(S, F)
+            tunsup = np.asarray(result.get("tpr_unsupported", np.zeros((S, F), bool)), dtype=bool).reshape(S, F)
+            tunsup &= tfailed
+        tl = np.where(tfailed, np.nan, tl)
+        tu = np.where(tfailed, np.nan, tu)
+        tstatus = np.where(tfailed, np.where(tunsup, STATUS_UNSUPPORTED, STATUS_FAILED), STATUS_OK).astype(np.int8)
+        if keep_tpr is not None and (keep_tpr & tfailed).any():
+            with _quiet():
+                g = _open_read(self.path)
+                key = tuple(tregion[d] for d in TPR_DIMS)
+                old_l = np.asarray(g["tpr_lower"][key]).reshape(S, F)
+                old_u = np.asarray(g["tpr_upper"][key]).reshape(S, F)
+            keep = keep_tpr & tfailed
+            tl, tu = np.where(keep, old_l, tl), np.where(keep, old_u, tu)
+            tstatus = np.where(keep, STATUS_OK, tstatus).astype(np.int8)
+        return tl, tu, tstatus
+
+
+def _open_read(path: str):
+    import zarr
+
+    return zarr.open_group(path, mode="r")
 
 
 def _all_fill(a: np.ndarray) -> bool:

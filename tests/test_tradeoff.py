@@ -260,3 +260,47 @@ def test_randomized_response_gdp_mu():
     m = PLDAccountant("add_remove", interval=1e-3).compose(RandomizedResponseEvent(eps0)).gdp_mu()
     assert m.lower <= dense + 1e-9 and dense <= m.upper
     assert m.upper - m.lower < 0.01
+
+
+@pytest.mark.parametrize("method,q", [("pld", 1.0), ("spa", 1.0), ("rdp", 1.0), ("prv", 1.0), ("clt", 1.0),
+                                      ("pld", 0.05), ("spa", 0.05)])
+def test_tables_per_steps_match_the_single_queries(method, q):
+    """Accountant.tables_per_steps (what sweeps store for grid.fpr): its eps table is
+    epsilon_per_steps' and its TPRs those of an accountant built for each steps value alone
+    (PLD: at the shared spacing; SPA: its one-step tables scaled, identical to building),
+    bracketing the closed form of the unsampled Gaussian."""
+    from pldlib.methods import accountant_class
+
+    cls = accountant_class(method)
+    kw = {"on_edge": "flag"} if method == "spa" else {}
+    ev = GaussianEvent(2.0) if q == 1.0 else Sampled(GaussianEvent(2.0), q, "poisson")
+    ks, deltas, fprs = [3, 40], [1e-5, 1e-8], [1e-3, 0.05]
+    t = cls("add_remove", **kw).tables_per_steps(ev, ks, deltas, fprs)
+    slow = method == "spa" and q < 1  # a sampled SPA build takes ~1.5 s: check the largest k only
+    if not slow:
+        lo, est, up, _ = cls("add_remove", **kw).epsilon_per_steps(ev, ks, deltas)
+        for a, b in ((t.eps_lower, lo), (t.eps_estimate, est), (t.eps_upper, up)):
+            np.testing.assert_array_equal(a, b)
+    if method == "clt":
+        assert "no certified trade-off curve" in t.tpr_unsupported and np.isnan(t.tpr_upper).all()
+        return
+    assert t.tpr_unsupported == "" and t.tpr_notes == [] and t.tpr_lower.shape == (2, 2)
+    for i, k in enumerate(ks):
+        if slow and k != ks[-1]:
+            continue
+        if q == 1.0:
+            truth = 1 - gdp(math.sqrt(k) / 2.0, np.array(fprs))
+            assert np.all(t.tpr_lower[i] <= truth) and np.all(truth <= t.tpr_upper[i])
+        if method == "pld":
+            one = PLDAccountant("add_remove", interval=t_interval(ev, ks, k)).compose(ev, k).max_tpr(fprs)
+        else:
+            one = cls("add_remove", **kw).compose(ev, k).max_tpr(fprs)
+        np.testing.assert_array_equal(t.tpr_lower[i], one.lower)
+        np.testing.assert_array_equal(t.tpr_upper[i], one.upper)
+
+
+def t_interval(ev, ks, k):
+    """The grid spacing that PLD's shared discretisation of ``ks`` gives steps value ``k``."""
+    from pldlib.pld.accountant import _account_steps
+
+    return _account_steps("add_remove", ev, ks)[ks.index(k)].interval

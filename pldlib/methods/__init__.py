@@ -22,10 +22,10 @@ import importlib
 from dataclasses import dataclass
 
 from .. import _validate as V
-from .base import KINDS, Accountant, Estimate, Interval, UnsupportedEventError  # noqa: F401
+from .base import KINDS, Accountant, Estimate, Interval, StepsTables, UnsupportedEventError  # noqa: F401
 
 __all__ = ["MethodInfo", "register_method", "method_names", "method_info", "accountant_class",
-           "make_accountant", "Accountant", "Interval", "Estimate", "UnsupportedEventError", "KINDS"]
+           "make_accountant", "Accountant", "Interval", "Estimate", "StepsTables", "UnsupportedEventError", "KINDS"]
 
 
 @dataclass(frozen=True)

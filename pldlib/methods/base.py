@@ -33,8 +33,8 @@ from .. import _validate as V
 from .. import events as E
 from ..profiles.pairs import UnsupportedEventError
 
-__all__ = ["Interval", "Estimate", "Accountant", "Step", "UnsupportedEventError", "KINDS", "as_event",
-           "components_of"]
+__all__ = ["Interval", "Estimate", "StepsTables", "Accountant", "Step", "UnsupportedEventError", "KINDS",
+           "as_event", "components_of"]
 
 #: what a method's numbers are
 KINDS = ("certified", "upper", "estimate", "peer")
@@ -66,6 +66,26 @@ class Estimate(NamedTuple):
     @property
     def width(self):
         return np.asarray(self.upper) - np.asarray(self.lower)
+
+
+class StepsTables(NamedTuple):
+    """What :meth:`Accountant.tables_per_steps` returns: arrays of shape (len(steps), len(deltas))
+    for epsilon and (len(steps), len(fprs)) for the attack's true-positive rate.
+
+    ``tpr_lower``/``tpr_upper`` are the certified interval of :meth:`Accountant.max_tpr` (NaN
+    where not computed, with a note in ``tpr_notes``); ``tpr_unsupported`` is non-empty (the
+    reason) when the method has no certified trade-off curve at all (estimates), and then every
+    TPR is NaN.
+    """
+
+    eps_lower: np.ndarray
+    eps_estimate: np.ndarray
+    eps_upper: np.ndarray
+    notes: list
+    tpr_lower: np.ndarray
+    tpr_upper: np.ndarray
+    tpr_notes: list
+    tpr_unsupported: str = ""
 
 
 class Step:
@@ -386,6 +406,69 @@ class Accountant:
         deltas = V.delta_array("deltas", deltas)
         ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
         return self._table(ks, deltas, lambda k: self.fresh().compose(event, k))
+
+    def _for_count(self, event, k: int) -> "Accountant":
+        """An accountant of ``k`` runs of ``event`` (what :meth:`tables_per_steps` asks the
+        trade-off curve of; methods override it to share work across steps values)."""
+        return self.fresh().compose(event, k)
+
+    def tables_per_steps(self, event, steps, deltas, fprs) -> StepsTables:
+        """:meth:`epsilon_per_steps` plus the certified largest true-positive rate of any
+        membership test at each false-positive rate of ``fprs`` (:meth:`max_tpr`), for every
+        count in ``steps``: a :class:`StepsTables`.
+
+        By default one accountant per steps value (:meth:`_for_count`) answers both (the
+        epsilons come from :meth:`epsilon_per_steps` where a method overrides it to share work);
+        the PLD accountant answers both from accountants sharing one discretisation, SPA from one
+        CGF table.  Methods without a certified trade-off curve
+        (kind ``estimate``) return NaN TPRs and the reason in ``tpr_unsupported``.  A steps value
+        whose TPR cannot be answered is NaN with a note in ``tpr_notes``.
+        """
+        from ..pld.tradeoff import alpha_array
+
+        fprs = alpha_array("fprs", fprs)
+        ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
+        accs = {}
+
+        def make(k):
+            if k not in accs:
+                accs[k] = self._for_count(event, k)
+            return accs[k]
+
+        if type(self).epsilon_per_steps is Accountant.epsilon_per_steps:
+            # one accountant per steps value answers both tables
+            deltas = V.delta_array("deltas", deltas)
+            lo, est, up, notes = self._table(ks, deltas, make)
+        else:
+            lo, est, up, notes = self.epsilon_per_steps(event, ks, deltas)
+        tlo, tup, tnotes, why = self._tpr_table(ks, fprs, make)
+        return StepsTables(lo, est, up, notes, tlo, tup, tnotes, why)
+
+    def _tpr_table(self, ks, fprs, make):
+        """``(lower, upper, notes, unsupported)``: the certified max TPR at ``fprs`` of ``make(k)``
+        (a built accountant, or the exception that building it raised) for every k in ``ks``.
+        Transient errors propagate (see :meth:`_table`); others become notes."""
+        S, F = len(ks), fprs.size
+        lo, up = np.full((S, F), np.nan), np.full((S, F), np.nan)
+        if self.kind not in ("certified", "upper"):
+            return lo, up, [], (f"{self.method}: no certified trade-off curve (kind {self.kind!r}: its answers "
+                                "are estimates)")
+        notes = []
+        for i, k in enumerate(ks):
+            try:
+                acc = make(k)
+                if isinstance(acc, BaseException):
+                    raise acc
+                iv = acc.max_tpr(fprs)
+            except NotImplementedError as e:  # the method refuses certified curves altogether
+                return np.full((S, F), np.nan), np.full((S, F), np.nan), [], str(e)
+            except Exception as e:
+                if transient(e):
+                    raise
+                notes.append(f"steps={k}: {type(e).__name__}: {e}")
+                continue
+            lo[i], up[i] = iv.lower, iv.upper
+        return lo, up, notes, ""
 
     @staticmethod
     def _table(ks, deltas, make):

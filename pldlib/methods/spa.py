@@ -354,6 +354,53 @@ class SPAAccountant(Accountant):
         lo, est, up = acc.epsilon_grid(np.asarray(steps), np.asarray(deltas, dtype=float))
         return np.asarray(lo, float), np.asarray(est, float), np.asarray(up, float), []
 
+    def tables_per_steps(self, event, steps, deltas, fprs):
+        """As :meth:`Accountant.tables_per_steps`, from one CGF table for all steps values: the
+        epsilons by :meth:`epsilon_grid`, the TPRs from accountants whose composed tables are the
+        one-step table scaled by the count (:meth:`_scaled`)."""
+        from ..pld.tradeoff import alpha_array
+        from .base import StepsTables
+
+        fprs = alpha_array("fprs", fprs)
+        ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
+        one = self.fresh().compose(event, 1)
+        one._ensure_built()
+        lo, est, up = one.epsilon_grid(np.asarray(ks), np.asarray(deltas, dtype=float))
+        tlo, tup, tnotes, why = self._tpr_table(ks, fprs, one._scaled)
+        return StepsTables(np.asarray(lo, float), np.asarray(est, float), np.asarray(up, float), [],
+                           tlo, tup, tnotes, why)
+
+    def _scaled(self, k: int) -> "SPAAccountant":
+        """The accountant of ``k`` runs of this built one-step accountant's single mechanism,
+        sharing its tables: identical to building it (the t-grid and its refinement depend on the
+        one-step CGFs only; the composed cumulants are k times the one-step ones, P(Y finite) the
+        k-th power, the loss supremum k times)."""
+        if not self.single or self._steps[0][1] != 1:
+            new = self.fresh().compose(self._steps[0][0].event, int(k))
+            new._ensure_built()
+            return new
+        k = int(k)
+        new = self.fresh()
+        new._steps = [(self._steps[0][0], k)]
+
+        def scale(tab):
+            cum = np.array([tab.K, tab.K1, tab.K2, tab.K3, tab.K4, tab.rho, tab.K5])
+            log_fin = k * tab.log_fin
+            return _Table(tab.t, k * cum, -math.expm1(log_fin) if tab.p_inf > 0 else 0.0, k * tab.loss_sup,
+                          C_BE_IID, log_fin)
+
+        branches = []
+        for lab, sides in self._branches:
+            ns = {3: sides[3], 4: sides[4], 1: scale(sides[3])}
+            ns[2] = ns[1] if sides[2] is sides[1] else scale(sides[4])
+            branches.append((lab, ns))
+        new.tgrid, new.unresolved, new._labels, new.single = self.tgrid, self.unresolved, self._labels, True
+        new._branches = branches
+        new.setup_seconds = 0.0
+        new._built = True
+        new._built_keys = ("tgrid", "unresolved", "_labels", "single", "_branches", "setup_seconds")
+        return new
+
     def _build(self):
         components = self.components
         t_lo, t_hi = self.t_range

@@ -24,7 +24,8 @@ from .. import events as E
 from .. import exact as X
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
-from ..methods.base import Accountant, Estimate, Interval, Step, as_event, branch_labels, components_of  # noqa: F401
+from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
+                            branch_labels, components_of)
 from .schedule import group_schedule
 from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
@@ -413,11 +414,31 @@ class PLDAccountant(Accountant):
         if self.upper_only:
             return super().epsilon_per_steps(event, steps, deltas)
         deltas = V.delta_array("deltas", deltas)
+        ks, make = self._shared_steps(event, steps)
+        return self._table(ks, deltas, make)
+
+    def tables_per_steps(self, event, steps, deltas, fprs):
+        """As :meth:`Accountant.tables_per_steps`; epsilons and TPRs of a steps value come from
+        the same accountant, and the steps values share discretisations (:func:`account_steps`)."""
+        if self.upper_only:
+            return super().tables_per_steps(event, steps, deltas, fprs)
+        from .tradeoff import alpha_array
+
+        deltas = V.delta_array("deltas", deltas)
+        fprs = alpha_array("fprs", fprs)
+        ks, make = self._shared_steps(event, steps)
+        lo, est, up, notes = self._table(ks, deltas, make)
+        tlo, tup, tnotes, why = self._tpr_table(ks, fprs, make)
+        return StepsTables(lo, est, up, notes, tlo, tup, tnotes, why)
+
+    def _shared_steps(self, event, steps):
+        """``(ks, make)``: the validated steps values and ``make(k)`` -> the accountant of ``k`` runs
+        of ``event`` (or the exception that building it raised), sharing discretisations."""
         ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
         event = as_event(event, self.relation)
         accs = _account_steps(self.relation, event, ks, interval=self._interval_opt, max_bins=self.max_bins,
                               discretisation=self.discretisation, errors="return")
-        return self._table(ks, deltas, lambda k: accs[ks.index(k)])
+        return ks, (lambda k: accs[ks.index(k)])
 
     # -- exact parts (pldlib.exact) and the effective components ------------------------
     def _split(self):
