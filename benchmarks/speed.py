@@ -54,7 +54,10 @@ def coarsest_matching(shape: dict, target: float, h0: float) -> float:
     """The coarsest spacing (to 2%) whose certified upper-only bound is <= ``target``
     (geometric search from h0; the upper bound grows with h)."""
     def fits(h):
-        return ours(**shape, interval=h, upper_only=True)[0].upper <= target
+        try:
+            return ours(**shape, interval=h, upper_only=True)[0].upper <= target
+        except MemoryError:  # GridTooLargeError: too fine for max_bins
+            return False
 
     good, bad = None, None
     h = h0
