@@ -147,7 +147,8 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
               sampling: str = "poisson",
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
               interval: float | None = None, table=None, max_evaluations: int = 60,
-              certify_lower: bool | None = None, tpr_at_fpr=None, advantage=None) -> CalibrationResult:
+              certify_lower: bool | None = None, tpr_at_fpr=None, advantage=None,
+              group: int = 1) -> CalibrationResult:
     """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
 
     With ``tpr_at_fpr=(tpr, fpr)`` or ``advantage=a`` instead of (epsilon, delta), the
@@ -180,6 +181,8 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         its fine evaluations then build the pessimistic side only (about half the work) on a
         grid chosen for the upper bound's accuracy, and the returned interval's lower bound
         comes from one full evaluation at 4x that spacing.
+    group : user-level calibration: the protected unit is a user with up to ``group`` records
+        (docs/MATH.md 13.1; 'poisson' or 'wor' sampling, or none; not substitution)
 
     Returns
     -------
@@ -188,7 +191,10 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     if steps is None:  # no silent 1-step default: a DP-SGD user who forgets it gets far too little noise
         raise TypeError("steps: required: the number of compositions (e.g. DP-SGD iterations); "
                         "pass steps=1 for a single release")
+    group = V.positive_int("group", group)
     if tpr_at_fpr is not None or advantage is not None:
+        if group > 1:
+            raise ValueError("group: attack-target calibration is example-level only (group = 1)")
         if epsilon is not None or delta is not None:
             raise ValueError("epsilon/delta: give either (epsilon, delta) or an attack target "
                              "(tpr_at_fpr or advantage), not both")
@@ -213,11 +219,14 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     samp = "none" if q == 1.0 else sampling
 
     def mech(sigma):
-        return Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation)
+        return Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation, group=group)
 
+    mech(1.0).branches()  # refuses an unsupported combination (e.g. group > 1 with substitution) up front
     seed, seed_kind = None, "gdp"
     if sigma_guess is not None:
         seed, seed_kind = V.positive_finite("sigma_guess", sigma_guess), "guess"
+    elif group > 1:  # tables and atlases are example-level: the GDP seed of a group-sized sensitivity
+        seed = group * seed_sigma(epsilon, delta, q, steps, samp, relation)
     elif table is not None and samp != "none" and hasattr(table, "tables"):  # an eps atlas (pldlib.atlas)
         try:
             ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)
@@ -455,7 +464,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         evaluations=n_eval,
         interval=float(h),
         params={"epsilon": epsilon, "delta": delta, "q": q, "steps": steps, "sampling": samp,
-                "relation": relation, "tol": tol},
+                "relation": relation, "tol": tol, **({"group": group} if group > 1 else {})},
         history=history,
         seed=seed_kind,
     )

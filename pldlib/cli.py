@@ -90,12 +90,12 @@ def make_method_accountant(method: str, relation: str, args) -> "object":
 
 def _make_gaussian(args) -> Mechanism:
     return Gaussian(sigma=args.sigma, sensitivity=args.sensitivity, q=args.q,
-                    sampling=args.sampling, relation=args.relation)
+                    sampling=args.sampling, relation=args.relation, group=args.group)
 
 
 def _make_laplace(args) -> Mechanism:
     return Laplace(scale=args.scale, sensitivity=args.sensitivity, q=args.q,
-                   sampling=args.sampling, relation=args.relation)
+                   sampling=args.sampling, relation=args.relation, group=args.group)
 
 
 #: mechanism name -> (name of its noise parameter, constructor from parsed args)
@@ -210,6 +210,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="sampling scheme (default: none if q = 1, poisson if q < 1)")
     g.add_argument("--relation", choices=RELATIONS, default="add_remove",
                    help="neighbouring relation (default add_remove)")
+    g.add_argument("--group", type=_steps, default=1, metavar="G",
+                   help="user-level accounting: each protected user has up to G records (default 1; "
+                        "gaussian, poisson / wor / no sampling, not substitution; with wor, q = batch / "
+                        "(records of the other users + 1))")
     g.add_argument("--steps", type=_steps, required=True, help="number of compositions (integer >= 1)")
     a = p.add_argument_group("accounting")
     a.add_argument("--method", choices=method_names(), default="pld",
@@ -325,6 +329,8 @@ def _add_calibrate(sub) -> None:
                     help="sampling scheme (default: none if q = 1, poisson if q < 1)")
     pc.add_argument("--relation", choices=RELATIONS, default="add_remove",
                     help="neighbouring relation (default add_remove)")
+    pc.add_argument("--group", type=_steps, default=1, metavar="G",
+                    help="user-level: each protected user has up to G records (default 1)")
     pc.add_argument("--tol", type=_positive_finite, default=1e-3,
                     help="relative tolerance on sigma (default 1e-3)")
     pc.add_argument("--table", default=None, metavar="PATH",
@@ -367,9 +373,10 @@ def _run_calibrate(args) -> int:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         res = calibrate(args.epsilon, args.delta, args.q, args.steps, sampling=args.sampling,
-                        relation=args.relation, tol=args.tol, table=table)
+                        relation=args.relation, tol=args.tol, table=table, group=args.group)
     params = {"epsilon": args.epsilon, "delta": args.delta, "q": args.q, "steps": args.steps,
               "sampling": args.sampling, "relation": args.relation, "tol": args.tol,
+              **({"group": args.group} if args.group > 1 else {}),
               "mechanism": "gaussian", "method": "pld", "interval": res.interval,
               "evaluations": res.evaluations, "seed": res.seed,
               "calibration_seconds": res.seconds, "table_seconds": table_seconds}
@@ -381,7 +388,8 @@ def _run_calibrate(args) -> int:
         print(json.dumps(out, allow_nan=False))
     else:
         lines = [f"calibrate  target eps={args.epsilon:g} delta={args.delta:g}  q={args.q:g} "
-                 f"sampling={args.sampling} relation={args.relation} steps={args.steps}  "
+                 f"sampling={args.sampling} relation={args.relation} steps={args.steps}"
+                 f"{f' group={args.group}' if args.group > 1 else ''}  "
                  f"({seconds:.3f} s, of which {table_seconds:.3f} s opening the table; "
                  f"{res.evaluations} PLD evaluations, seed: {res.seed})",
                  f"sigma = {res.sigma:.8g}   certified eps(delta) in [{_fmt(res.epsilon.lower)}, "
@@ -419,6 +427,7 @@ def _params(args, accountant) -> dict:
         "q": args.q,
         "sampling": args.sampling,
         "relation": args.relation,
+        **({"group": args.group} if args.group > 1 else {}),
         "steps": args.steps,
         "interval": None if h is None else float(h),
     }

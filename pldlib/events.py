@@ -170,11 +170,16 @@ class ProfileEvent(BaseEvent):
 @dataclass(frozen=True, repr=False)
 class Sampled(Event):
     """``event`` applied to a random subset: each record's inclusion follows ``scheme``
-    at rate ``q`` (``q = 1``: every record is used, i.e. no sampling)."""
+    at rate ``q`` (``q = 1``: every record is used, i.e. no sampling).
+
+    ``group`` > 1 is user-level accounting: the protected unit is a user with up to
+    ``group`` records, each sampled by ``scheme`` (docs/MATH.md section 13.1; Gaussian
+    noise, schemes ``poisson`` and ``wor``, relations add / remove / add_remove)."""
 
     event: BaseEvent
     q: float
     scheme: str = "poisson"
+    group: int = 1
 
     def __post_init__(self):
         from .sampling import scheme_names
@@ -183,6 +188,14 @@ class Sampled(Event):
             raise TypeError(f"event: Sampled wraps a base mechanism event, got {self.event!r}")
         object.__setattr__(self, "q", V.sampling_rate("q", self.q))
         V.choice("scheme", self.scheme, scheme_names())
+        object.__setattr__(self, "group", V.positive_int("group", self.group))
+        if self.group > 1 and self.q == 1.0:
+            raise ValueError("group: a Sampled event at q = 1 is not sampled; a group of g records without "
+                             "sampling is the base event with sensitivity g times larger")
+
+    def __repr__(self) -> str:
+        args = f"event={self.event!r}, q={_fmt(self.q)}, scheme={self.scheme!r}"
+        return f"Sampled({args}{f', group={self.group}' if self.group != 1 else ''})"
 
 
 @dataclass(frozen=True, repr=False)

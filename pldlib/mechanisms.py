@@ -32,6 +32,9 @@ class Mechanism:
     q: float = field(default=1.0, kw_only=True)
     sampling: str = field(default="none", kw_only=True)
     relation: str = field(default="add_remove", kw_only=True)
+    #: user-level accounting: the protected unit is a user with up to ``group`` records
+    #: (docs/MATH.md 13.1; Gaussian noise; ``poisson`` or ``wor`` sampling, or none)
+    group: int = field(default=1, kw_only=True)
 
     def __post_init__(self):
         from .sampling import sampling_names
@@ -39,14 +42,21 @@ class Mechanism:
         V.sampling_rate("q", self.q)
         V.choice("sampling", self.sampling, sampling_names())
         V.choice("relation", self.relation, V.RELATIONS)
+        V.positive_int("group", self.group)
         if self.sampling == "none" and self.q != 1.0:
             raise ValueError(f"q must be 1 when sampling is 'none' (got q={float(self.q)!r}); "
                              "choose a sampling scheme (e.g. sampling='poisson' or 'wor') for q < 1")
         base = self.base_event()
         if self.sampling != "none" and maths_of(base).family is None:
             raise ValueError(f"sampling: {type(self).__name__} is supported without subsampling only")
-        object.__setattr__(self, "_event", base if self.q == 1.0 or self.sampling == "none"
-                           else E.Sampled(base, self.q, self.sampling))
+        unsampled = self.q == 1.0 or self.sampling == "none"
+        if self.group > 1 and not isinstance(base, E.GaussianEvent):
+            raise ValueError(f"group: user-level accounting (group > 1) is implemented for Gaussian noise only, "
+                             f"not {type(self).__name__}")
+        if unsampled and self.group > 1:
+            # g records, every one used: the Gaussian with sensitivity g times larger (exact)
+            base = E.GaussianEvent(base.sigma / self.group, base.sensitivity * self.group)
+        object.__setattr__(self, "_event", base if unsampled else E.Sampled(base, self.q, self.sampling, self.group))
 
     # -- to be provided by subclasses ------------------------------------
     def base_event(self) -> E.BaseEvent:
@@ -73,7 +83,7 @@ class Mechanism:
         return dominating_pairs(self.event, self.relation)
 
     def describe(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "group" or self.group != 1}
         d["mechanism"] = type(self).__name__.lower()
         return d
 

@@ -261,6 +261,8 @@ def to_dp_event(event, dataset_size: int | None = None):
     if isinstance(ev, E.RandomizedResponseEvent):
         return D.RandomizedResponseDpEvent(2.0 / (1.0 + math.exp(ev.eps0)), 2)
     if isinstance(ev, E.Sampled):
+        if ev.group > 1:
+            raise ValueError("event: dp_accounting has no event for user-level accounting (group > 1)")
         inner = to_dp_event(ev.event)
         if ev.q == 1.0:
             return inner

@@ -114,6 +114,11 @@ class Step:
         return self.event.q if isinstance(self.event, E.Sampled) else 1.0
 
     @property
+    def group(self) -> int:
+        """Records per protected user (1: example level; docs/MATH.md 13.1)."""
+        return self.event.group if isinstance(self.event, E.Sampled) else 1
+
+    @property
     def sampling(self) -> str:
         return self.event.scheme if isinstance(self.event, E.Sampled) and self.event.q < 1.0 else "none"
 

@@ -50,6 +50,9 @@ def gaussian_params(step, who: str) -> tuple[float, float]:
             "use the PLD or SPA accountant")
     sigma = base.sigma  # noise multiplier: noise std / sensitivity
     sampling, rel = step.sampling, step.relation
+    if step.group > 1:
+        raise UnsupportedEventError(f"{who}: no formula for user-level accounting (group > 1); "
+                                    "use the PLD, PRV or SPA accountant")
     if sampling == "none":
         if rel == "substitution":
             sigma = sigma / 2.0  # pair (B_0, B_2D)

@@ -10,7 +10,8 @@ q) of the cell and whose **lower** profile is that of (the largest sigma, the sm
   sampling scheme;
 * under Poisson sampling a larger rate dominates a smaller one (keep each output with
   probability q / q', otherwise replace it by a fresh draw of the null component: a
-  post-processing mapping the q' pair to the q pair, in both directions of every relation).
+  post-processing mapping the q' pair to the q pair, in both directions of every relation);
+  used for example-level steps only (user-level steps, ``group`` > 1, are merged only at equal q).
 
 So the grouped upper bound is certified (pessimistic) and the grouped lower bound is certified
 (optimistic); the grid's effect lies inside the interval.  Guarantee: as the PLD accountant.
@@ -72,18 +73,21 @@ def group_schedule(components: list, relation: str, ratio: float = GROUP_RATIO,
         s, k = components[i]
         ev = s.event
         g = ev.event
-        qkey = math.floor(math.log(ev.q) / lr) if ev.scheme == "poisson" else ev.q
-        key = (ev.scheme, g.sensitivity, math.floor(math.log(g.sigma) / lr), qkey)
+        group = getattr(ev, "group", 1)
+        # rates are merged only for example-level Poisson sampling (the thinning channel of the
+        # module docstring moves one record; a user's several records cannot be thinned after the noise)
+        qkey = math.floor(math.log(ev.q) / lr) if (ev.scheme == "poisson" and group == 1) else ev.q
+        key = (ev.scheme, group, g.sensitivity, math.floor(math.log(g.sigma) / lr), qkey)
         cells.setdefault(key, []).append((s, k))
     keep = set(cand)
     out = [c for i, c in enumerate(components) if i not in keep]
-    for (scheme, sens, _sk, _qk), members in cells.items():
+    for (scheme, group, sens, _sk, _qk), members in cells.items():
         if len(members) == 1:
             out.append(members[0])
             continue
         sig = [s.event.event.sigma for s, _ in members]
         qs = [s.event.q for s, _ in members]
-        up = Step(E.Sampled(E.GaussianEvent(min(sig), sens), max(qs), scheme), relation)
-        lo = Step(E.Sampled(E.GaussianEvent(max(sig), sens), min(qs), scheme), relation)
+        up = Step(E.Sampled(E.GaussianEvent(min(sig), sens), max(qs), scheme, group=group), relation)
+        lo = Step(E.Sampled(E.GaussianEvent(max(sig), sens), min(qs), scheme, group=group), relation)
         out.append((GroupedStep(up, lo, members), sum(k for _, k in members)))
     return out

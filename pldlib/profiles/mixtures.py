@@ -38,6 +38,7 @@ __all__ = [
     "poisson_remove",
     "poisson_add",
     "poisson_substitution",
+    "shift_mixture_remove",
     "finite_mixture_profile",
 ]
 
@@ -93,6 +94,10 @@ class GaussianNoise(ShiftFamily):
 
     def sample(self, rng, n):
         return rng.normal(0.0, self.s, n)
+
+    def shifts_remove_pair(self, weights) -> "MixtureProfile":
+        """User-level remove pair: P = sum_k weights[k] B_{kD}, Q = B_0 (docs/MATH.md 13.1)."""
+        return shift_mixture_remove(self, weights)
 
 
 class LaplaceNoise(ShiftFamily):
@@ -350,6 +355,98 @@ def poisson_substitution(noise, q: float) -> MixtureProfile:
 
     return MixtureProfile(noise, [1 - q, q], [0.0, D], [1 - q, q], [0.0, -D], threshold, loss,
                           (-lmax, lmax))
+
+
+def shift_mixture_remove(noise: GaussianNoise, weights) -> MixtureProfile:
+    """Remove direction of a user-level step (docs/MATH.md section 13.1):
+    P = sum_k w_k B_{kD} (k = 0..g, w = ``weights``), Q = B_0, Gaussian noise B = N(0, s^2).
+
+    With a_k = kD/s^2 and b_k = (kD)^2/(2 s^2) the loss is L(x) = ln sum_k w_k e^{a_k x - b_k},
+    a log-sum-exp of increasing affine functions: increasing and convex in x, from ln w_0
+    (x -> -inf) to +inf.  Its threshold x_eps: {L > eps} = {h > T} with
+    h(x) = ln sum_{k>=1} w_k e^{a_k x - b_k} (convex, slope between the smallest and largest
+    a_k of positive weight: never flat) and T = ln(e^eps - w_0); Newton's method on h from the
+    right of the root (h >= ln w_K + a_K x - b_K gives the start) decreases monotonically to
+    the root, quadratically.
+
+    With weights (1 - q, q) this is the pair of :func:`poisson_remove` (same law, computed
+    numerically instead of by the closed form).
+    """
+    if not isinstance(noise, GaussianNoise):
+        raise TypeError("shift_mixture_remove: Gaussian noise only")
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 1 or w.size < 2 or np.any(w < 0) or not np.isfinite(w).all() or abs(w.sum() - 1) > 1e-9:
+        raise ValueError("weights must be a probability vector over the shifts 0, D, 2D, ...")
+    ks = np.nonzero(w > 0)[0]
+    if ks[-1] == 0:
+        raise ValueError("weights: some shift k >= 1 needs positive weight")
+    lw = np.log(w[ks])
+    c = ks * noise.D
+    s2 = noise.s ** 2
+    a, b = c / s2, c * c / (2 * s2)
+    w0 = float(w[0])
+    log_w0 = math.log(w0) if w0 > 0 else -np.inf
+    pos = ks > 0
+    lw1, a1, b1 = lw[pos], a[pos], b[pos]  # the k >= 1 terms
+
+    def h_slope(x):
+        """(h(x), h'(x)) with h(x) = ln sum_{k>=1} w_k e^{a_k x - b_k}, for finite x (1-d array):
+        convex, slope in [a_1, a_K] (never flat), and e^L = w_0 + e^h."""
+        terms = lw1[:, None] + a1[:, None] * x[None, :] - b1[:, None]
+        j = terms.argmax(axis=0)
+        m = np.take_along_axis(terms, j[None, :], axis=0)[0]
+        ex = np.exp(terms - m)
+        slope = (a1[:, None] * ex).sum(axis=0) / ex.sum(axis=0)
+        np.put_along_axis(ex, j[None, :], 0.0, axis=0)
+        return m + np.log1p(ex.sum(axis=0)), slope  # log1p: full accuracy when one term dominates
+
+    def loss(x):
+        x = _as_array(x)
+        flat = x.ravel()
+        h = h_slope(np.where(np.isfinite(flat), flat, 0.0))[0]
+        out = np.logaddexp(log_w0, h) if w0 > 0 else h
+        out = np.where(flat == np.inf, np.inf, np.where(flat == -np.inf, log_w0, out))
+        return out.reshape(x.shape)
+
+    def threshold(eps):
+        # {L > eps} = {h > T}, T = ln(e^eps - w_0); h convex increasing with slope >= a_1, so
+        # Newton from a point right of the root decreases monotonically to it (quadratically).
+        eps = _as_array(eps)
+        shape = eps.shape
+        e = eps.ravel().astype(float)
+        inside = np.isfinite(e) & (e > log_w0)
+        ee = np.where(inside, e, 1.0)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            if w0 > 0:
+                T = np.where(ee > 0, ee + np.log1p(-w0 * np.exp(-ee)), np.log(np.expm1(ee) + (1 - w0)))
+            else:
+                T = ee
+        T = np.where(inside, T, 0.0)
+        # h(x) >= ln w_K + a_K x - b_K: a start right of the root; h(x) <= h(0) + a_K x (x >= 0) and
+        # h(x) <= h(0) + a_1 x (x <= 0): a bound left of it
+        with np.errstate(over="ignore", invalid="ignore"):
+            hi = (T - lw1[-1] + b1[-1]) / a1[-1]
+            h0 = h_slope(np.zeros(1))[0][0]
+            lo = np.where(T <= h0, (T - h0) / a1[0], (T - h0) / a1[-1])
+        # beyond floating point (eps ~ 1e308 or a start that overflows): x_eps = +inf for all purposes
+        huge = ~np.isfinite(hi) | (hi > 1e200) | (ee > 1e200)
+        T, lo = np.where(huge, h0, T), np.where(huge, 0.0, lo)
+        hi = np.where(huge, 0.0, np.maximum(hi, lo))
+        x = hi.copy()
+        tiny = 4 * np.finfo(float).eps
+        for _ in range(200):
+            f, d = h_slope(x)
+            nx = np.clip(x - (f - T) / d, lo, x)
+            if np.all(np.abs(nx - x) <= tiny * np.maximum(1.0, np.abs(x))):
+                x = nx
+                break
+            x = nx
+        x = np.where(huge, np.inf, x)
+        out = np.where(inside, x, np.where(e == np.inf, np.inf, -np.inf))
+        out = np.where(np.isnan(e), np.nan, out)
+        return out.reshape(shape)
+
+    return MixtureProfile(noise, w[ks], c, [1.0], [0.0], threshold, loss, (log_w0, np.inf))
 
 
 class MaxProfile(PrivacyProfile):

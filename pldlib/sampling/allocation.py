@@ -102,6 +102,8 @@ class MaxCoordinateProfile(PrivacyProfile):
             big = self._loss(mid) > e
             hi = np.where(big, mid, hi)
             lo = np.where(big, lo, mid)
+            if np.all(hi - lo <= 2 * np.finfo(float).eps * np.maximum(1.0, np.abs(mid))):
+                break  # float precision reached: further halvings change nothing
         m = 0.5 * (lo + hi)
         return np.where(eps == np.inf, np.inf, np.where(eps == -np.inf, -np.inf, m))
 
@@ -130,15 +132,22 @@ class MaxCoordinateProfile(PrivacyProfile):
         return self._shape(eps, -np.expm1(self._logcdf(self._m(eps), False)))
 
 
-def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relation: str = "add_remove"):
-    """Certified lower bound on epsilon(delta) of ``epochs`` epochs of random allocation or
-    shuffling with t batches (Gaussian noise multiplier ``sigma``): the PLD optimistic side of
-    the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
-    the larger)."""
+def max_coordinate_accountant(sigma: float, t: int, epochs: int, relation: str = "add_remove"):
+    """The PLD accountant of the E-fold composition of :class:`MaxCoordinateProfile` (remove;
+    add: reversed; add_remove: both).  Only its **lower** ends are bounds for random allocation
+    or shuffling (``.epsilon(delta).lower``, ``.delta(eps).lower``)."""
     from .. import PLDAccountant
 
     V_t = epoch_length(1.0 / t)
     prof = MaxCoordinateProfile(sigma, V_t)
     ev = E.ProfileEvent(prof, prof.reversed()) if relation == "add_remove" else \
         E.ProfileEvent(prof if relation == "remove" else prof.reversed())
-    return PLDAccountant(relation).compose(ev, epochs).epsilon(delta).lower
+    return PLDAccountant(relation).compose(ev, epochs)
+
+
+def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relation: str = "add_remove"):
+    """Certified lower bound on epsilon(delta) of ``epochs`` epochs of random allocation or
+    shuffling with t batches (Gaussian noise multiplier ``sigma``): the PLD optimistic side of
+    the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
+    the larger)."""
+    return max_coordinate_accountant(sigma, t, epochs, relation).epsilon(delta).lower

@@ -13,12 +13,14 @@ is what every accounting method calls for a single step.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _validate as V
 from .. import events as E
-from ..profiles.pairs import Branch, UnsupportedEventError, unsampled_branches
+from ..profiles.pairs import Branch, UnsupportedEventError, family_of, unsampled_branches
 
 __all__ = ["SamplingScheme", "register", "get_scheme", "scheme_names", "sampling_names", "dominating_pairs",
-           "directions", "check_steps", "NO_SAMPLING"]
+           "directions", "user_level_branches", "check_steps", "NO_SAMPLING"]
 
 #: the sampling name of an unsampled step (every record is used)
 NO_SAMPLING = "none"
@@ -34,6 +36,12 @@ class SamplingScheme:
 
     def branches(self, event, q: float, relation: str) -> list[Branch]:
         raise NotImplementedError
+
+    def group_branches(self, event, q: float, relation: str, group: int) -> list[Branch]:
+        """User-level branches: a user with up to ``group`` records (docs/MATH.md 13.1).
+        A scheme without user-level accounting refuses (the default)."""
+        raise UnsupportedEventError(f"sampling {self.name!r} has no user-level accounting (group > 1); "
+                                    "user-level accounting is implemented for 'poisson' and 'wor'")
 
     def steps_multiple(self, q: float) -> int:
         """The step count of a step sampled at rate q must be a multiple of this (1: any
@@ -79,6 +87,8 @@ def dominating_pairs(step, relation: str) -> list[Branch]:
             if relation not in scheme.relations:
                 raise UnsupportedEventError(f"sampling {scheme.name!r} does not support the relation {relation!r} "
                                             f"(it supports {', '.join(scheme.relations)})")
+            if step.group > 1:
+                return scheme.group_branches(step.event, step.q, relation, step.group)
             return scheme.branches(step.event, step.q, relation)
         step = step.event
     if not isinstance(step, E.BaseEvent):
@@ -109,3 +119,33 @@ def directions(family, q: float, relation: str) -> list[Branch]:
         add, rem = family.add_pair(q), family.remove_pair(q)
         return [Branch("add", add, add), Branch("remove", rem, rem)]
     raise ValueError(f"relation: directions() handles add, remove and add_remove, got {relation!r}")
+
+
+def user_level_branches(event, weights, factor: float, relation: str, name: str) -> list[Branch]:
+    """Branches of one user-level step (docs/MATH.md 13.1): the remove pair
+    P = sum_k weights[k] N(k factor D, s^2), Q = N(0, s^2) and its reverse (add), from a
+    Gaussian event; ``weights`` is the law of (a stochastic upper bound on) the number of the
+    user's records in the batch, ``factor`` the shift per record (1 Poisson, 2 WOR)."""
+    if not isinstance(event, E.GaussianEvent):
+        raise UnsupportedEventError(f"user-level accounting (group > 1) is implemented for Gaussian noise only, "
+                                    f"got {type(event).__name__}")
+    if relation == "substitution":
+        raise UnsupportedEventError(
+            f"user-level accounting (group > 1) with {name!r} sampling supports add, remove and add_remove; "
+            "no dominating pair is proven here for replacing a whole user (substitution)")
+    rem = family_of(event, factor).shifts_remove_pair(weights)
+    if relation == "remove":
+        return [Branch("remove", rem, rem)]
+    add = rem.reversed()
+    if relation == "add":
+        return [Branch("add", add, add)]
+    return [Branch("add", add, add), Branch("remove", rem, rem)]
+
+
+def binomial_weights(g: int, q: float):
+    """Bin(g, q) pmf on 0..g (the number of a user's g records in a Poisson batch)."""
+    import math
+
+    k = np.arange(g + 1)
+    logc = np.array([math.lgamma(g + 1) - math.lgamma(j + 1) - math.lgamma(g - j + 1) for j in k])
+    return np.exp(logc + k * math.log(q) + (g - k) * math.log1p(-q))
