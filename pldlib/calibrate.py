@@ -175,8 +175,9 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     certify_lower : also certify that sigma / (1 + tol) does NOT meet the target (the
         proof that the answer is within tol of the optimum; costs one or two more
         evaluations).  None (default): certify it unless that alone would force a grid
-        much finer than the upper bound needs (small q: the optimistic side needs
-        h <= |ln(1 - q)| / 2, docs/MATH.md 5.1); then ``sigma_lower`` is None.  With False the answer is still certified feasible, ``sigma_lower``
+        at least 2x finer than the upper bound needs (small q: the optimistic side needs
+        h <= |ln(1 - q)| / 2, docs/MATH.md 5.1); then ``sigma_lower`` is None.
+        With False the answer is still certified feasible, ``sigma_lower``
         may be None, and the search stops once the upper curve's root is located to tol/8;
         its fine evaluations then build the pessimistic side only (about half the work) on a
         grid chosen for the upper bound's accuracy, and the returned interval's lower bound
@@ -276,9 +277,9 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     small_q = False  # the optimistic side alone would force a much finer grid
     if interval is None and q < 1.0:
         # tiny q: the default grid resolves |ln(1-q)| for the lower bound only; when that
-        # makes it >= 4x finer than the upper bound needs, start from the upper-bound rule
+        # makes it >= 2x finer than the upper bound needs, start from the upper-bound rule
         h_u = upper_interval(mech(seed), steps)
-        if 0.5 * abs(math.log1p(-q)) < 0.25 * h_u:
+        if 0.5 * abs(math.log1p(-q)) < 0.5 * h_u:
             first = h_u
             small_q = True
     if certify_lower is None:
