@@ -159,7 +159,7 @@ def bench_speed(ctx) -> str:
     # goal 2: the split at fine grids
     split_rows = []
     for h in (h_match, h_match / 2):
-        r, med = split_row(f"upper only, h = {h:.3g}", lambda h=h: ours(**shape, interval=h, upper_only=True))
+        r, _ = split_row(f"upper only, h = {h:.3g}", lambda h=h: ours(**shape, interval=h, upper_only=True))
         split_rows.append(r)
     r, _ = split_row(f"default (h = {accd.interval:.3g})", lambda: ours(**shape))
     split_rows.append(r)

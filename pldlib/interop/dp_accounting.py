@@ -135,22 +135,14 @@ def _convert(ev, rel):
         return E.NoOp()
     if isinstance(ev, D.NonPrivateDpEvent):
         return NON_PRIVATE
-    if isinstance(ev, D.GaussianDpEvent):
-        s = ev.noise_multiplier
-        if s == 0:
-            return NON_PRIVATE
-        try:
-            return E.GaussianEvent(s)
-        except (TypeError, ValueError) as e:
-            raise _Refused(ev, f"noise_multiplier: {e}") from None
-    if isinstance(ev, D.LaplaceDpEvent):
-        s = ev.noise_multiplier
-        if s == 0:
-            return NON_PRIVATE
-        try:
-            return E.LaplaceEvent(s)
-        except (TypeError, ValueError) as e:
-            raise _Refused(ev, f"noise_multiplier: {e}") from None
+    for theirs, ours in ((D.GaussianDpEvent, E.GaussianEvent), (D.LaplaceDpEvent, E.LaplaceEvent)):
+        if isinstance(ev, theirs):
+            if ev.noise_multiplier == 0:
+                return NON_PRIVATE
+            try:
+                return ours(ev.noise_multiplier)
+            except (TypeError, ValueError) as e:
+                raise _Refused(ev, f"noise_multiplier: {e}") from None
     if isinstance(ev, D.DiscreteLaplaceDpEvent):
         a = ev.noise_parameter
         if a == 0:

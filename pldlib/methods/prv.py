@@ -656,13 +656,17 @@ class PRVAccountant(Accountant):
         return c
 
     # -- reading one tilt ---------------------------------------------------------
-    def _delta_at(self, br: _Branch, theta: float, eps: np.ndarray):
-        """(lower, estimate, upper, round-off share) of delta(eps) from the compositions at one tilt."""
+    def _at_tilt(self, br: _Branch, theta: float):
+        """(upper composition, lower composition, upper side, lower side, upper ladder, lower
+        ladder) of a branch at one tilt (the lower composition is the upper one when the
+        sides coincide)."""
         cu = self._compose(br.up, theta)
         cl = cu if br.lo is br.up else self._compose(br.lo, theta)
-        up, lo = br.up, br.lo
-        tu, etau = up.ladder()
-        tl, etal = lo.ladder()
+        return cu, cl, br.up, br.lo, br.up.ladder(), br.lo.ladder()
+
+    def _delta_at(self, br: _Branch, theta: float, eps: np.ndarray):
+        """(lower, estimate, upper, round-off share) of delta(eps) from the compositions at one tilt."""
+        cu, cl, up, lo, (tu, etau), (tl, etal) = self._at_tilt(br, theta)
         n = eps.size
         # upper: min_c U(eps - S - t_c) + eta_c
         e_u = (eps - up.S)[:, None] - tu[None, :]
@@ -687,11 +691,7 @@ class PRVAccountant(Accountant):
 
     def _eps_at(self, br: _Branch, theta: float, deltas: np.ndarray):
         """(lower, estimate, upper, round-off share) of eps(delta) from the compositions at one tilt."""
-        cu = self._compose(br.up, theta)
-        cl = cu if br.lo is br.up else self._compose(br.lo, theta)
-        up, lo = br.up, br.lo
-        tu, etau = up.ladder()
-        tl, etal = lo.ladder()
+        cu, cl, up, lo, (tu, etau), (tl, etal) = self._at_tilt(br, theta)
         n = deltas.size
         vf = cu.comp.valid_from
         # ---- upper: eps_c = max(e_c, valid_from) + t_c + S with U(e_c) <= delta'_c

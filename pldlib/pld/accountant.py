@@ -266,6 +266,15 @@ class _Discretised:
         return self._coarse
 
 
+def _tilt_plds(st) -> list:
+    """PLDs to estimate a tilt on (it needs no precision): the branch's cheap coarse ones, or
+    its fine ones where the coarse grid cannot be built."""
+    try:
+        return st.source.coarse()
+    except (ArithmeticError, MemoryError, ValueError):
+        return st.uppers
+
+
 class _BranchState:
     """One branch label of an accountant: its (lazily built) PLDs, counts and compositions."""
 
@@ -750,11 +759,11 @@ class PLDAccountant(Accountant):
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
             return (self._tilt_for(st, up[j]) if np.isfinite(up[j])
-                    else estimate_tilt(st.source.coarse(), st.counts, float(deltas[j])))
+                    else estimate_tilt(_tilt_plds(st), st.counts, float(deltas[j])))
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
         # (the tilt needs no precision: estimated on the cheap coarse PLDs)
-        lo, up, share = self._retilt(st, deltas, estimate_tilt(st.source.coarse(), st.counts, float(deltas.min())),
+        lo, up, share = self._retilt(st, deltas, estimate_tilt(_tilt_plds(st), st.counts, float(deltas.min())),
                                      evaluate, propose)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():

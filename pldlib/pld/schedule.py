@@ -56,8 +56,7 @@ def _groupable(step: Step) -> bool:
     ev = step.event
     # (per-epoch schemes such as random allocation are left alone: their per-step pairs hold
     # only for whole epochs of one component)
-    return (not isinstance(step, GroupedStep) and isinstance(ev, E.Sampled)
-            and ev.scheme in ("poisson", "wor") and isinstance(ev.event, E.GaussianEvent))
+    return isinstance(ev, E.Sampled) and ev.scheme in ("poisson", "wor") and isinstance(ev.event, E.GaussianEvent)
 
 
 def group_schedule(components: list, relation: str, ratio: float = GROUP_RATIO,
