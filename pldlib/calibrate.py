@@ -107,25 +107,15 @@ def _gdp_sigma(epsilon, delta, q, steps) -> float:
 
 
 def upper_interval(mechanism, steps: int) -> float:
-    """Grid spacing aimed at the *upper* bound: h = min(s_K / 50, sqrt(0.0067 eps_typ / K),
-    support width / 50) from the moments of a coarse connect-the-dots PLD of each branch.
-
-    This is the accountant's default rule without its optimistic-side constraint
+    """Grid spacing aimed at the *upper* bound: the accountant's default rule
+    (:func:`pldlib.pld.accountant._rule_interval`) without its optimistic-side constraint
     h <= |ln(1 - q)| / 2 (which forces grids of ~1e5-1e6 points per step for q ~ 1e-4);
     upper bounds stay certified and tight at this spacing, lower bounds may be loose.
     """
-    from .pld.discretize import connect_the_dots, grid_for
+    from .pld.accountant import _rule_interval, _step_stats
 
-    best = math.inf
-    for b in mechanism.branches():
-        lo, hi = b.upper.eps_bounds(1e-12)
-        h0 = max((hi - lo) / 4000.0, 1e-9)
-        mu, var = connect_the_dots(b.upper, grid_for(b.upper, h0, 1e-12)).moments()
-        s = math.sqrt(max(steps * var, 1e-300))
-        eps_typ = max(steps * mu + 3 * s, 1e-3)
-        h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / steps), (hi - lo) / 50.0 if hi > lo else 0.1)
-        best = min(best, h)
-    return float(max(best, 1e-6))
+    components = [(mechanism, steps)]
+    return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edges=False)[0]
 
 
 def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",

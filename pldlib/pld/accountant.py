@@ -338,7 +338,7 @@ def _step_stats(components, per_comp):
     return out
 
 
-def _rule_interval(stats, counts) -> tuple[float, float]:
+def _rule_interval(stats, counts, edges: bool = True) -> tuple[float, float]:
     """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge / 2) (and (eps_typ) of the binding branch).
 
     Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
@@ -350,27 +350,29 @@ def _rule_interval(stats, counts) -> tuple[float, float]:
     remove): a coarser grid leaves the optimistic PLD nothing to work with.
     The accountant then refines h (at most twice) from a probe answer's width.
     ``stats`` comes from :func:`_step_stats`; ``counts`` are the steps per component.
+    ``edges=False`` drops the edge term: the spacing an *upper* bound needs (calibration).
     """
     best, best_eps = math.inf, 1.0
     for row in stats:
         mean = var = 0.0
         K = 0
         widths = []
-        edges = []
+        edge_list = []
         for (mu, v, width, e), k in zip(row, counts):
             mean += k * mu
             var += k * v
             K += k
             if width > 0:
                 widths.append(width)
-            edges.extend(e)
+            if edges:
+                edge_list.extend(e)
         s = math.sqrt(max(var, 1e-300))
         eps_typ = max(mean + 3 * s, 1e-3)
         if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
-            h = min(0.5 * min(edges, default=0.2), 0.1)
+            h = min(0.5 * min(edge_list, default=0.2), 0.1)
         else:
             h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
-                    0.5 * min(edges, default=math.inf))
+                    0.5 * min(edge_list, default=math.inf))
         if h < best:
             best, best_eps = h, eps_typ
     return float(max(best, 1e-6)), best_eps
