@@ -470,22 +470,23 @@ def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, ca
     N = sfft.next_fast_len(need, real=True)
     y, E, log_total, log_left, log_right = _C._compose_side(sides, theta, w_lo, N, ch)
     eps_win = (w_lo + np.arange(N)) * h
-    with np.errstate(over="ignore", under="ignore"):
-        untilt = np.exp(log_total - theta * eps_win)
+    untilt = _C.untilt_factor(log_total, theta, eps_win, len(sides), "up")
+    untilt_lo = _C.untilt_factor(log_total, theta, eps_win, len(sides), "lo")
     const_up = 0.0
     if log_right > -np.inf:
         const_up += math.exp(min(700.0, log_right + log_total - theta * (w_lo + N) * h))
     if theta == 0.0 and log_left > -np.inf:
         const_up += math.exp(min(700.0, log_left + log_total))
+    m_up, m_ro = _C.upper_masses(y, E, untilt, theta, h, cap)
+    upper = GridMeasure(h, w_lo, m_up, const_up)
+    roundoff = GridMeasure(h, w_lo, m_ro, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        upper = GridMeasure(h, w_lo, np.minimum((np.maximum(y, 0.0) + E) * untilt, cap), const_up)
-        roundoff = GridMeasure(h, w_lo, np.minimum(E * untilt, cap), 0.0)
-        m_lo = np.maximum(y - E, 0.0) * untilt
+        m_lo = np.maximum(y - E, 0.0) * untilt_lo
     lower = GridMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, cap), 0.0), 0.0)
-    del m_lo, y, untilt
+    del m_lo, y, untilt, untilt_lo
     alias_log = float(np.logaddexp(log_left, log_right) + log_total)
     valid_from = -np.inf if theta == 0.0 else w_lo * h
-    return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N))
+    return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N), float(E))
 
 
 class _Comp:

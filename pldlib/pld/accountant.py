@@ -67,6 +67,16 @@ TAIL_TOTAL = 1e-32
 TAIL_STEPS = 10**6
 
 
+def _cut_scale(deltas) -> float | None:
+    """The power of ten at or below the smallest delta asked (a composition's ``cut_scale``:
+    tails below CUT_REL of it are not worth a window; bucketed so that nearby queries share
+    one composition)."""
+    d = float(np.min(deltas)) if np.size(deltas) else 0.0
+    if not d > 0.0:
+        return None
+    return 10.0 ** math.floor(math.log10(d))
+
+
 def _tail_for(total_steps: int) -> float:
     return TAIL_TOTAL / max(int(total_steps), TAIL_STEPS)
 
@@ -682,15 +692,15 @@ class PLDAccountant(Accountant):
         return new
 
     # -- composition with caching -----------------------------------------
-    def _compose(self, st: _BranchState, theta: float, eps_from=None) -> Composition:
-        key = (round(theta, 12), eps_from)
+    def _compose(self, st: _BranchState, theta: float, eps_from=None, cut_scale=None) -> Composition:
+        key = (round(theta, 12), eps_from, cut_scale)
         if key not in st.cache:
             st.cache[key] = compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
-                                    eps_from=eps_from, max_bins=self._bins())
+                                    eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
         return st.cache[key]
 
-    def _tilt_for(self, st, eps_target) -> float:
-        return solve_tilt(st.uppers, st.counts, float(eps_target))
+    def _tilt_for(self, st, eps_target, cut_scale=None) -> float:
+        return solve_tilt(st.uppers, st.counts, float(eps_target), cut_scale)
 
     # -- eps(delta) -------------------------------------------------------
     @staticmethod
@@ -707,7 +717,7 @@ class PLDAccountant(Accountant):
         # below valid_from the lower curve says nothing
         return np.where(out < comp.valid_from, -np.inf, out)
 
-    def _retilt(self, st, x, theta, evaluate, propose):
+    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None):
         """The re-tilt loop of both queries (docs/MATH.md section 5.1).
 
         Compose at tilt ``theta``; ``evaluate(comp, x, share)`` gives (upper, lower, round-off
@@ -721,9 +731,9 @@ class PLDAccountant(Accountant):
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
         try:
-            comp = self._compose(st, theta)
+            comp = self._compose(st, theta, cut_scale=cut_scale)
         except UntiltError:  # the tilt cannot be undone in floating point: start untilted
-            comp = self._compose(st, 0.0)
+            comp = self._compose(st, 0.0, cut_scale=cut_scale)
         tried = [comp.theta]
         todo = np.arange(n)
         for _attempt in range(12):
@@ -740,7 +750,7 @@ class PLDAccountant(Accountant):
                 break
             tried.append(theta)
             try:
-                comp = self._compose(st, theta)
+                comp = self._compose(st, theta, cut_scale=cut_scale)
             except UntiltError:
                 break  # the answers found so far stand; the rest is refused by the caller
         return lo, up, share
@@ -758,15 +768,17 @@ class PLDAccountant(Accountant):
             return (np.where(certain, np.inf, eu), np.where(certain, np.inf, el), np.where(certain, 0.0, sh),
                     better)
 
+        cut = _cut_scale(deltas)  # far tails below 1e-12 of the smallest delta are cut
+
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
-            return (self._tilt_for(st, up[j]) if np.isfinite(up[j])
-                    else estimate_tilt(_tilt_plds(st), st.counts, float(deltas[j])))
+            return (self._tilt_for(st, up[j], cut) if np.isfinite(up[j])
+                    else estimate_tilt(_tilt_plds(st), st.counts, float(deltas[j]), cut))
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
         # (the tilt needs no precision: estimated on the cheap coarse PLDs)
-        lo, up, share = self._retilt(st, deltas, estimate_tilt(_tilt_plds(st), st.counts, float(deltas.min())),
-                                     evaluate, propose)
+        lo, up, share = self._retilt(st, deltas, estimate_tilt(_tilt_plds(st), st.counts, float(deltas.min()), cut),
+                                     evaluate, propose, cut_scale=cut)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
@@ -793,10 +805,12 @@ class PLDAccountant(Accountant):
         COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had."""
         try:
             plds = st.source.coarse()
-            theta = estimate_tilt(plds, st.counts, float(x.min())) if kind == "eps" else 0.0
-            key = round(theta, 12)
+            cut = _cut_scale(x) if kind == "eps" else None
+            theta = estimate_tilt(plds, st.counts, float(x.min()), cut) if kind == "eps" else 0.0
+            key = (round(theta, 12), cut)
             if key not in st.coarse_cache:
-                st.coarse_cache[key] = compose(plds, None, st.counts, theta=theta, max_bins=self._bins())
+                st.coarse_cache[key] = compose(plds, None, st.counts, theta=theta, max_bins=self._bins(),
+                                               cut_scale=cut)
             comp = st.coarse_cache[key]
             if kind == "eps":
                 # below valid_from the curve says nothing, but upper.delta(valid_from) <= x

@@ -59,7 +59,8 @@ class Composition:
     lower.delta(eps) - exp(alias_log_bound - theta * max(eps, valid_from))
     <= true delta(eps) <= upper.delta(eps).
     ``roundoff`` is the part of ``upper`` due to the round-off term (for
-    diagnostics and for deciding whether to re-tilt).
+    diagnostics and for deciding whether to re-tilt): block-l2 masses where they are
+    smaller than the entrywise allowance (see :func:`upper_masses`).
     """
 
     upper: GridMeasure
@@ -69,6 +70,8 @@ class Composition:
     valid_from: float
     alias_log_bound: float
     n_bins: int
+    #: bound on the 2-norm of the FFT error of the tilted upper-side output (docs/MATH.md 4.4)
+    roundoff_l2: float = math.nan
 
     def alias_term(self, eps) -> np.ndarray:
         if self.alias_log_bound == -np.inf:
@@ -142,10 +145,50 @@ class _Side:
                 m = np.maximum(m - pld.mass_err, 0.0)
             base = cls(pld.h, pld.start, m, 0)
             base._coarse()  # computed once, shared
+            base.tail_mass(0)
+            base._cuts = {}
             cache[kind] = base
         new = object.__new__(cls)
         new.__dict__.update(base.__dict__)
         new.count = int(count)
+        return new
+
+    def tail_mass(self, n: int) -> float:
+        """sum of the masses at indices >= n (rounded up)."""
+        rc = self.__dict__.get("_rcum")
+        if rc is None:
+            rc = self._rcum = np.concatenate([np.cumsum(self.masses[::-1])[::-1], [0.0]])
+        return float(rc[n]) * (1.0 + 4.0 * _U * max(self.masses.size, 1))
+
+    def cut_index(self, log_thr: float) -> int:
+        """Smallest n, a multiple of the block size, with tail_mass(n) <= e^log_thr (the size if none)."""
+        self.tail_mass(0)
+        rc = self._rcum
+        with np.errstate(divide="ignore"):
+            thr = math.exp(log_thr) / (1.0 + 4.0 * _U * max(self.masses.size, 1)) if log_thr < 700 else math.inf
+        # rc is non-increasing: first index with rc <= thr
+        n = int(np.searchsorted(-rc, -thr, side="left"))
+        n = -(-n // _BLOCK) * _BLOCK
+        return min(max(n, _BLOCK), self.masses.size)
+
+    def cut(self, n: int) -> "_Side":
+        """This side with its masses at indices >= n removed (same count); cached per n."""
+        if n >= self.masses.size:
+            return self
+        cuts = self.__dict__.setdefault("_cuts", {})
+        base = cuts.get(n)
+        if base is None:
+            base = object.__new__(_Side)
+            base.h, base.start, base.count = self.h, self.start, 0
+            base.masses, base.eps, base.logm = self.masses[:n], self.eps[:n], self.logm[:n]
+            lb, e_lo, e_hi = self._coarse()
+            nb = n // _BLOCK  # n is a multiple of the block size
+            base._blocks = (lb[:nb], e_lo[:nb], e_hi[:nb])
+            base._lmgf, base._mom = {}, {}
+            cuts[n] = base
+        new = object.__new__(_Side)
+        new.__dict__.update(base.__dict__)
+        new.count = self.count
         return new
 
     def _coarse(self):
@@ -309,13 +352,14 @@ def _theta_cap(sides) -> float:
     return min(40.0 / math.sqrt(max(v0, 1e-300)), MAX_TILT_EXPONENT / span)
 
 
-def solve_tilt(plds, counts, target_eps: float) -> float:
+def solve_tilt(plds, counts, target_eps: float, cut_scale: float | None = None) -> float:
     """theta >= 0 such that the tilted composed mean equals ``target_eps`` (0 if below the mean).
 
     Newton's method on the (convex) CGF, safeguarded by a bracket; the tilt only
-    affects accuracy, never soundness, so a loose solution is harmless.
+    affects accuracy, never soundness, so a loose solution is harmless.  ``cut_scale``: of
+    the composition the tilt is for (the law whose far tails are cut, :func:`compose`).
     """
-    sides = [_Side.of(p, k) for p, k in zip(plds, counts)]
+    sides = _cut_tails([_Side.of(p, k) for p, k in zip(plds, counts)], cut_scale)[0]
     m0, v0 = _moments(sides, 0.0)
     if target_eps <= m0:
         return 0.0
@@ -342,14 +386,14 @@ def solve_tilt(plds, counts, target_eps: float) -> float:
     return theta
 
 
-def estimate_tilt(plds, counts, delta: float) -> float:
+def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) -> float:
     """Tilt theta whose tilted mean sits at the (estimated) eps(delta); 0 for large delta.
 
     Uses the saddle-point relation ln delta ~ K(t) - t K'(t) - ln(t (1 + t)) - ln sqrt(2 pi K''(t))
     of the composed discrete PLD (pessimistic side).  Only the efficiency of the
-    composition depends on it, never its soundness.
+    composition depends on it, never its soundness.  ``cut_scale``: as in :func:`solve_tilt`.
     """
-    sides = [_Side.of(p, k) for p, k in zip(plds, counts)]
+    sides = _cut_tails([_Side.of(p, k) for p, k in zip(plds, counts)], cut_scale)[0]
 
     def f(t):
         logm = sum(sd.count * float(sd.log_mgf(t)[0]) for sd in sides)
@@ -373,7 +417,9 @@ def estimate_tilt(plds, counts, delta: float) -> float:
             hi = mid
         if hi / lo < 1.15:  # the tilt needs no precision
             break
-    return math.sqrt(lo * hi)
+    # the smaller end: where a far tail takes over the tilted law (f drops steeply), a tilt
+    # past the transition would centre the window on that tail instead of on eps(delta)
+    return lo
 
 
 def _fold(t: np.ndarray, offset: int, N: int) -> np.ndarray:
@@ -435,6 +481,74 @@ def _fft_threads() -> int:
     return max(1, min(n, 8))
 
 
+#: smallest block of the block-l2 round-off allowance (below, the entrywise form is as good)
+_RO_BLOCK_MIN = 8
+#: largest block (for theta = 0, where the untilting factor is flat)
+_RO_BLOCK_MAX = 2**14
+
+
+def _roundoff_block(theta: float, h: float, N: int) -> int:
+    """Block length of the l2 round-off allowance: a power of two with theta * B * h <= 1/2
+    (the untilting factor varies by at most e^{1/2} inside a block), at most _RO_BLOCK_MAX."""
+    cap = _RO_BLOCK_MAX if theta * h <= 0.0 else 0.5 / (theta * h)
+    cap = min(cap, _RO_BLOCK_MAX, N)
+    return 1 << int(math.floor(math.log2(cap))) if cap >= 1 else 1
+
+
+def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray, n_pld: int, side: str) -> np.ndarray:
+    """e^{log_total - theta eps_j}, rounded outward: ``side`` "up" multiplies by 1 + r, "lo" by
+    1 - r, with r >= 16 u (n_pld + 2)(|log_total| + theta max|eps| + 1) covering the round-off of
+    the exponent (log_total is a sum of n_pld products) and of exp (docs/MATH.md 4.4)."""
+    span = float(np.max(np.abs(eps_win[[0, -1]]))) if eps_win.size else 0.0
+    r = 16.0 * _U * (n_pld + 2) * (abs(log_total) + theta * span + 1.0)
+    with np.errstate(over="ignore", under="ignore"):
+        u = np.exp(log_total - theta * eps_win)
+    return u * (1.0 + r) if side == "up" else u * max(1.0 - r, 0.0)
+
+
+def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: float, cap: float = 1.0):
+    """Masses of the certified upper measure from the computed tilted composition ``y`` whose
+    error vector e satisfies ||e||_2 <= E (docs/MATH.md 4.4); returns (masses, roundoff masses).
+
+    The true masses are (y_j - e_j) u_j >= 0 (u = ``untilt``).  For eps, the error of the curve is
+    sum_j e_j u_j g_j with g_j = (1 - e^{eps - eps_j})_+.  Splitting the window into blocks b of B
+    points, Cauchy-Schwarz and g_j <= g_{last(b)} give |sum_{j in b} e_j u_j g_j| <= E ||u_b||_2
+    g_{last(b)}: a mass E ||u_b||_2 at the block's last point dominates the block's round-off for
+    every eps at once.  Where that is not at least 2x smaller than the entrywise allowance
+    sum_{j in b} min(E u_j, cap) (a varying or overflowing untilting factor), the block keeps the
+    entrywise form (y_j + E) u_j.  Each mass is capped at ``cap`` (a true mass is at most cap, and
+    a block's round-off term at most B cap).
+    """
+    N = y.size
+    with np.errstate(over="ignore", invalid="ignore"):
+        main = np.minimum(np.maximum(y, 0.0) * untilt, cap)
+        ent = np.minimum(E * untilt, cap)
+    main = np.where(np.isnan(main), cap, main)
+    ent = np.where(np.isnan(ent), cap, ent)
+    B = _roundoff_block(theta, h, N)
+    if B < _RO_BLOCK_MIN or E <= 0.0:
+        return np.minimum(main + ent, cap), ent
+    nb = -(-N // B)
+    pad = nb * B - N
+    u = np.concatenate([untilt, np.zeros(pad)]).reshape(nb, B) if pad else untilt.reshape(nb, B)
+    s = np.max(u, axis=1)
+    ok = np.isfinite(s) & (s > 0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        s_safe = np.where(ok, s, 1.0)
+        norm = s_safe * np.sqrt(np.einsum("ij,ij->i", u / s_safe[:, None], u / s_safe[:, None]))
+        r = E * norm * (1.0 + 4.0 * _U * (B + 2))  # round the block sum up
+    entb = (np.concatenate([ent, np.zeros(pad)]) if pad else ent).reshape(nb, B).sum(axis=1)
+    use = ok & np.isfinite(r) & (r <= 0.5 * entb)
+    r = np.minimum(np.where(use, r, 0.0), B * cap)
+    per = np.repeat(use, B)[:N]
+    ro = np.where(per, 0.0, ent)
+    masses = np.where(per, main, np.minimum(main + ent, cap))
+    last = np.minimum(np.arange(nb) * B + B - 1, N - 1)
+    ro[last[use]] += r[use]
+    masses[last[use]] += r[use]
+    return masses, ro
+
+
 def _compose_side(sides, theta, w_lo, n_bins, chern):
     """Compose one side; returns (masses_est, E, logscale, tails) on window [w_lo, w_lo + n_bins)."""
     h = sides[0].h
@@ -464,7 +578,9 @@ def _compose_side(sides, theta, w_lo, n_bins, chern):
     # entrywise round-off bound on y (tilted, normalised masses)
     eta = 16.0 * _U * math.ceil(math.log2(max(N, 2)))
     growth = math.exp(min(700.0, K * eta * math.sqrt(N) * max(norm_sum / max(K, 1), 0.0)))
-    E = 2.0 * growth * (eta * (norm_sum + min_norm) + _U * (0.37 + (math.pi + 1.0) * K + 2 * len(sides)))
+    # a bound on ||y_computed - y_exact||_2 (docs/MATH.md 4.4), hence on every entry
+    E = (1.0 + eta) * growth * growth * (eta * (norm_sum + min_norm)
+                                         + _U * (0.37 + (math.pi + 1.0) * K + 2 * len(sides)))
     # window extraction: composed absolute index base + R sits at position R mod N
     shift = (w_lo - base) % N
     y = np.roll(y, -shift)
@@ -476,6 +592,42 @@ def _compose_side(sides, theta, w_lo, n_bins, chern):
     return y, E, log_total, log_left, log_right
 
 
+#: a composition given ``cut_scale`` drops single-step right tails whose untilted mass, summed over
+#: the steps, is at most this fraction of cut_scale (docs/MATH.md 4.3)
+CUT_REL = 1e-6
+
+
+def _cut_tails(sides: list, cut_scale: float | None) -> tuple[list, list[float]]:
+    """The sides with their far right tails removed (docs/MATH.md 4.3), and the mass removed
+    from each (per step).
+
+    A single-step tail of untilted mass p beyond eps_cut weighs e^{theta eps} in a tilted
+    measure, so at a large tilt a far tail of negligible mass can dominate the tilted law (the
+    tilt that centres the window on the answer is then never found, and the window is huge).
+    Each side keeps its masses below the first block boundary whose tail beyond it has mass p_m
+    with sum_m k_m p_m <= CUT_REL * cut_scale (answers are wanted for deltas >= cut_scale).  On
+    an upper side the tails move to +inf (pessimistic: the caller adds them to p_inf, so the
+    upper curve rises by at most CUT_REL * cut_scale); on a lower side they are dropped (a
+    sub-measure composes to a smaller curve: optimistic).  ``cut_scale=None``: no cut.
+    """
+    if cut_scale is None or not cut_scale > 0.0 or CUT_REL <= 0.0:
+        return list(sides), [0.0] * len(sides)
+    K = sum(sd.count for sd in sides)
+    log_thr = math.log(CUT_REL * cut_scale) - math.log(max(K, 1))
+    if not math.isfinite(log_thr):
+        return list(sides), [0.0] * len(sides)
+    out, extra = [], []
+    for sd in sides:
+        n = sd.cut_index(log_thr)
+        if n < sd.masses.size:
+            extra.append(sd.tail_mass(n))
+            out.append(sd.cut(n))
+        else:
+            extra.append(0.0)
+            out.append(sd)
+    return out, extra
+
+
 def compose(
     plds_upper: list[DiscretePLD],
     plds_lower: list[DiscretePLD] | None,
@@ -485,6 +637,7 @@ def compose(
     eps_from: float | None = None,
     alias_tol: float = DEFAULT_ALIAS_TOL,
     max_bins: int = DEFAULT_MAX_BINS,
+    cut_scale: float | None = None,
 ) -> Composition:
     """Compose sum_m counts[m] copies of each PLD; certified upper and lower curves.
 
@@ -497,6 +650,11 @@ def compose(
     eps_from : smallest eps at which answers are needed (extends the window left)
     alias_tol : bound on the tilted mass allowed outside the window
     max_bins : cap on the FFT length; beyond it :class:`GridTooLargeError`
+    cut_scale : smallest delta the answers are wanted for; single-step right tails of total
+        mass <= CUT_REL * cut_scale are moved to +inf (upper) / dropped (lower) before composing
+        (docs/MATH.md 4.3), which keeps windows small when a far tail of negligible mass would
+        dominate the tilted law.  None: no cut.  Tilts for such a composition should be
+        computed with the same ``cut_scale`` (:func:`solve_tilt`, :func:`estimate_tilt`).
 
     Returns
     -------
@@ -513,6 +671,8 @@ def compose(
     counts = [int(k) for k in counts]
     up = [_Side.of(p, k, "up") for p, k in zip(plds_upper, counts)]
     lo = up if upper_only else [_Side.of(p, k, "lo") for p, k in zip(plds_lower, counts)]
+    up, cut_pinf = _cut_tails(up, cut_scale)
+    lo = up if upper_only else _cut_tails(lo, cut_scale)[0]
     log_tol = math.log(alias_tol)
     # window from the pessimistic side (it is the wider one), both tails
     _, var = _moments(up, theta)
@@ -543,25 +703,26 @@ def compose(
     # upper side
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)
     eps_win = (w_lo + np.arange(N)) * h
-    with np.errstate(over="ignore", under="ignore"):
-        untilt = np.exp(log_total - theta * eps_win)
-    p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf, 1.0 - 1e-300)) for p, k in zip(plds_upper, counts)))
+    untilt = untilt_factor(log_total, theta, eps_win, len(up), "up")
+    p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf + c, 1.0 - 1e-300))
+                               for p, k, c in zip(plds_upper, counts, cut_pinf)))
+    p_inf_up = min(p_inf_up * (1.0 + 8.0 * _U * (1 + len(counts))), 1.0)  # round up
     const_up = p_inf_up
     if log_right > -np.inf:
         const_up += math.exp(min(700.0, log_right + log_total - theta * (w_lo + N) * h))
     if theta == 0.0 and log_left > -np.inf:
         const_up += math.exp(min(700.0, log_left + log_total))
     # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
-    with np.errstate(over="ignore", invalid="ignore"):
-        upper = GridMeasure(h, w_lo, np.minimum((np.maximum(y, 0.0) + E) * untilt, 1.0), const_up)
-        roundoff = GridMeasure(h, w_lo, np.minimum(E * untilt, 1.0), 0.0)
+    E_up = E
+    m_up, m_ro = upper_masses(y, E, untilt, theta, h)
+    upper = GridMeasure(h, w_lo, m_up, const_up)
+    roundoff = GridMeasure(h, w_lo, m_ro, 0.0)
     valid_from = -np.inf if theta == 0.0 else w_lo * h
     if upper_only:
-        return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N))
+        return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N), float(E_up))
     # lower side
     y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo)
-    with np.errstate(over="ignore", under="ignore"):
-        untilt = np.exp(log_total - theta * eps_win)
+    untilt = untilt_factor(log_total, theta, eps_win, len(lo), "lo")
     F = [float(sd.masses.sum()) for sd in lo]
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
     log_f = sum(k * math.log(max(f, 1e-300)) for f, k in zip(F, counts))
@@ -576,4 +737,4 @@ def compose(
     # aliased (folded) tilted mass <= e^{log_left} + e^{log_right}; untilted at eps_j > eps
     # it weighs at most e^{log_total - theta eps}
     alias_log = float(np.logaddexp(log_left, log_right) + log_total)
-    return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N))
+    return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N), float(E_up))

@@ -1,0 +1,95 @@
+"""The round-off allowance of a composed upper curve (docs/MATH.md 4.4) against worst-case errors.
+
+``upper_masses`` is given the computed tilted output y_hat = y + e of an exact output y >= 0 and
+only the promise ||e||_2 <= E.  For a fixed eps the error of the untilted curve is
+sum_j e_j u_j g_j(eps) (g_j = (1 - e^{eps - eps_j})_+), which is largest, over all e of 2-norm
+E, at e = -E w / ||w||_2 with w = u * g(eps) (Cauchy-Schwarz equality).  The tests build exactly
+that adversarial error for many eps and check that the upper curve still dominates the exact
+curve there; the exact curve is summed with math.fsum.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pldlib.pld.compose import _RO_BLOCK_MIN, _roundoff_block, untilt_factor, upper_masses
+from pldlib.pld.grid import GridMeasure
+
+
+def exact_curve(y, u, eps_grid, eps):
+    g = np.maximum(1.0 - np.exp(eps - eps_grid), 0.0)
+    return math.fsum(y * u * g)
+
+
+CASES = [  # (theta, h, N, E)
+    (0.0, 1e-3, 5000, 1e-12),
+    (5.0, 1e-4, 40000, 1e-13),
+    (30.0, 2e-5, 60000, 3e-14),
+    (200.0, 1e-5, 20000, 1e-12),
+    (0.7, 1e-2, 3000, 1e-10),
+]
+
+
+@pytest.mark.parametrize("theta,h,N,E", CASES)
+def test_block_allowance_dominates_worst_case_error(theta, h, N, E):
+    rng = np.random.default_rng(int(theta * 1000 + N))
+    start = -N // 3
+    eps_grid = (start + np.arange(N)) * h
+    log_total = 2.0 + theta * float(eps_grid[N // 2])  # untilted masses of order e^2 at the centre
+    u = untilt_factor(log_total, theta, eps_grid, 1, "up")
+    # an exact tilted output: a bump plus a floor of E (so y - e can stay >= 0)
+    y = np.exp(-0.5 * ((np.arange(N) - N / 2) / (N / 10)) ** 2) / N + E * rng.uniform(0, 1, N)
+    # true untilted masses are probabilities: keep them <= 1/2 (where u overflows, y is 0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.where(y * u > 0.5, 0.5 / u, y)
+    B = _roundoff_block(theta, h, N)
+    for eps in np.concatenate([eps_grid[rng.integers(0, N, 12)], eps_grid[[0, N // 2, N - 2]] + h / 3]):
+        g = np.maximum(1.0 - np.exp(eps - eps_grid), 0.0)
+        w = u * g
+        nw = math.sqrt(math.fsum(w * w))
+        if nw == 0.0:
+            continue
+        e = -E * w / nw  # the worst error of 2-norm E at this eps
+        masses, ro = upper_masses(y + e, E, u, theta, h)
+        up = GridMeasure(h, start, masses, 0.0).delta(np.array([eps]))[0]
+        truth = exact_curve(y, u, eps_grid, eps)
+        assert truth <= up * (1 + 1e-12), (theta, eps, truth, up)
+        # and the allowance is no looser than the entrywise one (it is the smaller of the two
+        # per block, up to the block-end shift) on the bulk of the curve
+        ent = GridMeasure(h, start, E * u, 0.0).delta(np.array([eps]))[0]
+        ro_curve = GridMeasure(h, start, ro, 0.0).delta(np.array([eps]))[0]
+        if B >= _RO_BLOCK_MIN and eps < eps_grid[N // 2]:
+            assert ro_curve <= ent
+
+
+def test_block_allowance_is_much_smaller_than_entrywise_for_flat_untilting():
+    """theta = 0: the untilting factor is flat, blocks of 2^14 points gain ~sqrt(2^14) / 2."""
+    N, h, E = 200_000, 1e-4, 1e-13
+    eps_grid = np.arange(N) * h
+    u = untilt_factor(0.0, 0.0, eps_grid, 1, "up")
+    masses, ro = upper_masses(np.full(N, 1.0 / N), E, u, 0.0, h)
+    ent = GridMeasure(h, 0, E * u, 0.0).delta(np.array([0.0]))[0]
+    blk = GridMeasure(h, 0, ro, 0.0).delta(np.array([0.0]))[0]
+    assert blk <= ent / 30
+
+
+def test_overflowing_untilting_keeps_the_capped_entrywise_form():
+    N, h, theta = 4096, 1e-4, 1.0
+    eps_grid = (np.arange(N) - N) * h * 1e4  # untilt e^{-theta eps} overflows on the left
+    u = untilt_factor(0.0, theta, eps_grid, 1, "up")
+    assert not np.all(np.isfinite(u))
+    masses, ro = upper_masses(np.full(N, 1e-3), 1e-14, u, theta, h)
+    assert np.all(np.isfinite(masses)) and np.all(masses <= 1.0) and np.all(ro <= 1.0)
+
+
+def test_untilt_factor_rounds_outward():
+    eps_grid = np.linspace(-3.0, 5.0, 101)
+    up = untilt_factor(1.5, 40.0, eps_grid, 2, "up")
+    lo = untilt_factor(1.5, 40.0, eps_grid, 2, "lo")
+    import mpmath as mp
+    mp.mp.dps = 40
+    for e, a, b in zip(eps_grid, up, lo):
+        t = mp.e ** (mp.mpf(1.5) - 40 * mp.mpf(float(e)))
+        assert b <= t <= a
