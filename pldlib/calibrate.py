@@ -115,7 +115,7 @@ def upper_interval(mechanism, steps: int) -> float:
     from .pld.accountant import _rule_interval, _step_stats
 
     components = [(mechanism, steps)]
-    return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edges=False)[0]
+    return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edge_factor=None)[0]
 
 
 def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",

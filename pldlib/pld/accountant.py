@@ -28,7 +28,7 @@ from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, a
                             branch_labels, components_of)
 from .schedule import group_schedule
 from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
-from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, privacy_buckets
+from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET"]
@@ -193,7 +193,8 @@ def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAU
             one = PLDAccountant(relation, **kw).compose(event, 1)
             per_comp = [s.branches() for s, _ in one.components]
             stats = _step_stats(one.components, per_comp)
-            rule = {k: _rule_interval(stats, [k])[0] for k in distinct}
+            ef = _edge_factor(kw.get("discretisation", "connect_the_dots"))
+            rule = {k: _rule_interval(stats, [k], edge_factor=ef)[0] for k in distinct}
         except Exception:
             if errors == "raise":
                 raise
@@ -243,7 +244,12 @@ class _Discretised:
         self.h, self.tail, self.max_bins = h, tail, max_bins
         self.discretisation = discretisation
         self.upper_only = upper_only
-        self.grids = [(grid_for(pu, h, tail, max_bins), None if upper_only else grid_for(pl, h, tail, max_bins))
+        # the optimistic hull uses an offset lattice where a support edge lies within 2h of 0
+        # (docs/MATH.md 3.2); buckets round losses down and need none
+        hull = discretisation != "privacy_buckets"
+        self.grids = [(grid_for(pu, h, tail, max_bins),
+                       None if upper_only else grid_for(pl, h, tail, max_bins,
+                                                        offset=hull_offset(pl, h) if hull else 0.0))
                       for pu, pl in pairs]
         self._fine = None
         self._coarse = None
@@ -263,7 +269,13 @@ class _Discretised:
                 else:
                     uppers.append(connect_the_dots(pu, gu))
                     if gl is not None:
-                        lowers.append(convex_hull_optimistic(pl, gl))
+                        try:
+                            lowers.append(convex_hull_optimistic(pl, gl))
+                        except ValueError:
+                            if gl.offset == 0.0:
+                                raise
+                            # no admissible tangent in the offset cell: the lattice through 0
+                            lowers.append(convex_hull_optimistic(pl, grid_for(pl, self.h, self.tail, self.max_bins)))
             self._fine = (uppers, None if self.upper_only else lowers)
         return self._fine
 
@@ -348,8 +360,16 @@ def _step_stats(components, per_comp):
     return out
 
 
-def _rule_interval(stats, counts, edges: bool = True) -> tuple[float, float]:
-    """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge / 2) (and (eps_typ) of the binding branch).
+def _edge_factor(discretisation: str) -> float:
+    """The edge term of the spacing rule (docs/MATH.md 5.1): h <= edge / 2 for privacy buckets
+    (their optimistic side needs lattice points inside the edge), h <= edge otherwise (the
+    hull's offset lattice puts a point inside the edge at any h; the factor keeps a single
+    step's loss law resolved, which the upper bound's accuracy needs at small q)."""
+    return 0.5 if discretisation == "privacy_buckets" else 1.0
+
+
+def _rule_interval(stats, counts, edge_factor: float | None = 1.0) -> tuple[float, float]:
+    """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge_factor * edge) (and (eps_typ) of the binding branch).
 
     Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
     side: a few times that), so the width after K steps is about
@@ -360,7 +380,7 @@ def _rule_interval(stats, counts, edges: bool = True) -> tuple[float, float]:
     remove): a coarser grid leaves the optimistic PLD nothing to work with.
     The accountant then refines h (at most twice) from a probe answer's width.
     ``stats`` comes from :func:`_step_stats`; ``counts`` are the steps per component.
-    ``edges=False`` drops the edge term: the spacing an *upper* bound needs (calibration).
+    ``edge_factor=None`` drops the edge term: the spacing an *upper* bound needs (calibration).
     """
     best, best_eps = math.inf, 1.0
     for row in stats:
@@ -374,15 +394,15 @@ def _rule_interval(stats, counts, edges: bool = True) -> tuple[float, float]:
             K += k
             if width > 0:
                 widths.append(width)
-            if edges:
+            if edge_factor is not None:
                 edge_list.extend(e)
         s = math.sqrt(max(var, 1e-300))
         eps_typ = max(mean + 3 * s, 1e-3)
         if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
-            h = min(0.5 * min(edge_list, default=0.2), 0.1)
+            h = min((edge_factor or 0.5) * min(edge_list, default=0.2), 0.1)
         else:
             h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
-                    0.5 * min(edge_list, default=math.inf))
+                    (edge_factor or 0.5) * min(edge_list, default=math.inf))
         if h < best:
             best, best_eps = h, eps_typ
     return float(max(best, 1e-6)), best_eps
@@ -545,7 +565,8 @@ class PLDAccountant(Accountant):
         if self._start is not None:
             return float(self._start)
         per_comp = [m.branches() for m, _ in self._eff]
-        return _rule_interval(_step_stats(self._eff, per_comp), [k for _, k in self._eff])[0]
+        return _rule_interval(_step_stats(self._eff, per_comp), [k for _, k in self._eff],
+                              edge_factor=_edge_factor(self.discretisation))[0]
 
     def _coarsen(self):
         """Double the spacing (automatic grid only), flagging the accuracy as limited."""
@@ -563,7 +584,8 @@ class PLDAccountant(Accountant):
         components = self._eff
         per_comp = [m.branches() for m, _ in components]
         if interval is None:
-            h0, _ = _rule_interval(_step_stats(components, per_comp), [k for _, k in components])
+            h0, _ = _rule_interval(_step_stats(components, per_comp), [k for _, k in components],
+                                   edge_factor=_edge_factor(self.discretisation))
             if self._start is not None:
                 h0 = float(self._start)
             for _ in range(MAX_COARSEN):

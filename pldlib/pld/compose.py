@@ -669,13 +669,25 @@ def compose(
     if any(abs(p.h - h) > 1e-15 * h for p in list(plds_upper) + list(plds_lower or [])):
         raise ValueError("all PLDs must share one grid spacing")
     counts = [int(k) for k in counts]
+    # lattice offsets (docs/MATH.md 3.2): the sides are composed on the integer lattice and
+    # the sums of the offsets shift the results
+    shift_up = float(sum(k * getattr(p, "shift", 0.0) for p, k in zip(plds_upper, counts)))
+    shift_lo = 0.0 if upper_only else float(sum(k * getattr(p, "shift", 0.0) for p, k in zip(plds_lower, counts)))
     up = [_Side.of(p, k, "up") for p, k in zip(plds_upper, counts)]
     lo = up if upper_only else [_Side.of(p, k, "lo") for p, k in zip(plds_lower, counts)]
     up, cut_pinf = _cut_tails(up, cut_scale)
     lo = up if upper_only else _cut_tails(lo, cut_scale)[0]
     log_tol = math.log(alias_tol)
     # window from the pessimistic side (it is the wider one), both tails
-    _, var = _moments(up, theta)
+    mean_t, var = _moments(up, theta)
+    if cut_scale is not None and cut_scale > 0.0:
+        # answers are wanted for deltas >= cut_scale near the tilted mean: tilted mass
+        # e^log_tol outside the window weighs at most e^{log_tol + ln M_tot - theta mean} there
+        # once untilted; keep that below CUT_REL * cut_scale (docs/MATH.md 4.3)
+        log_m = sum(sd.count * float(sd.log_mgf(theta)[0]) for sd in up)
+        rel = math.log(CUT_REL * cut_scale) - log_m + theta * mean_t
+        if math.isfinite(rel):
+            log_tol = max(log_tol, min(rel, math.log(1e-12)))
     sd_total = math.sqrt(max(var, 0.0)) + h
     ch_up = _Chernoff(up, theta, sd_total)
     ch_lo = ch_up if upper_only else _Chernoff(lo, theta, sd_total)
@@ -687,7 +699,7 @@ def compose(
     top = max(sum(sd.count * (sd.start + sd.masses.size - 1) for sd in s) for s in (up, lo))
     w_lo = max(int(math.floor(left_e / h)) - 1, base)
     if eps_from is not None:
-        w_lo = max(min(w_lo, int(math.floor(eps_from / h)) - 1), base)
+        w_lo = max(min(w_lo, int(math.floor((eps_from - max(shift_up, shift_lo)) / h)) - 1), base)
     w_hi = min(int(math.ceil(right_e / h)) + 2, top + 1)
     need = max(w_hi - w_lo, 2)
     if need > max_bins:
@@ -715,9 +727,9 @@ def compose(
     # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
     E_up = E
     m_up, m_ro = upper_masses(y, E, untilt, theta, h)
-    upper = GridMeasure(h, w_lo, m_up, const_up)
-    roundoff = GridMeasure(h, w_lo, m_ro, 0.0)
-    valid_from = -np.inf if theta == 0.0 else w_lo * h
+    upper = GridMeasure(h, w_lo, m_up, const_up, shift_up)
+    roundoff = GridMeasure(h, w_lo, m_ro, 0.0, shift_up)
+    valid_from = -np.inf if theta == 0.0 else w_lo * h + max(shift_up, shift_lo)
     if upper_only:
         return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N), float(E_up))
     # lower side
@@ -733,8 +745,8 @@ def compose(
     with np.errstate(over="ignore", invalid="ignore"):
         m_lo = np.maximum(y - E, 0.0) * untilt
     # dropping mass is on the optimistic side
-    lower = GridMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, 1.0), 0.0), p_inf_lo)
+    lower = GridMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, 1.0), 0.0), p_inf_lo, shift_lo)
     # aliased (folded) tilted mass <= e^{log_left} + e^{log_right}; untilted at eps_j > eps
-    # it weighs at most e^{log_total - theta eps}
-    alias_log = float(np.logaddexp(log_left, log_right) + log_total)
+    # it weighs at most e^{log_total - theta (eps - shift_lo)} (lattice frame: eps - shift_lo)
+    alias_log = float(np.logaddexp(log_left, log_right) + log_total + theta * shift_lo)
     return Composition(upper, lower, roundoff, float(theta), float(valid_from), alias_log, int(N), float(E_up))

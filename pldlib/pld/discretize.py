@@ -32,29 +32,86 @@ import numpy as np
 from .grid import DiscretePLD
 from ..profiles.base import MAX_SINGLE_LOSS, PrivacyProfile, loss_range  # noqa: F401
 
-__all__ = ["Grid", "grid_for", "connect_the_dots", "convex_hull_optimistic", "privacy_buckets"]
+__all__ = ["Grid", "grid_for", "hull_offset", "connect_the_dots", "convex_hull_optimistic", "privacy_buckets"]
 
 _U = np.finfo(float).eps / 2  # unit round-off
+_N_TANGENTS = 512  # tangent points tried in the cell around 0 of an offset lattice
 
 
 @dataclass(frozen=True)
 class Grid:
-    """Grid points eps_i = (start + i) * h, i = 0..n (n + 1 points)."""
+    """Grid points eps_i = (start + i) * h + offset, i = 0..n (n + 1 points)."""
 
     h: float
     start: int
     n: int
+    offset: float = 0.0
 
     @property
     def eps(self) -> np.ndarray:
-        return (self.start + np.arange(self.n + 1)) * self.h
+        return (self.start + np.arange(self.n + 1)) * self.h + self.offset
 
 
-def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | None = None) -> Grid:
-    """The grid of spacing h covering the loss range of ``profile`` up to ``tail`` mass.
+def hull_offset(profile: PrivacyProfile, h: float) -> float:
+    """Offset of the lattice for the optimistic hull at spacing h (docs/MATH.md 3.2).
 
-    The grid always contains eps = 0 strictly inside, as the hull construction needs.
-    Raises :class:`~pldlib.GridTooLargeError` beyond ``max_points``.
+    When the single-step loss support has an edge e (its end nearest to 0, e.g. ln(1 - q) for
+    Poisson remove) with 0 < |e| < 2h, a lattice through 0 has no point strictly between 0 and
+    e, and no optimistic PLD on it has delta(0) > 0.  The offset then puts a point at lam * e,
+    for the lam in 2^-1 ... 2^-8 (29 values) whose cell around 0 admits a tangent line (see
+    :func:`_middle_cell`) giving the largest delta(0).  0 otherwise (no such edge, or
+    no admissible offset: the lattice through 0 stays sound, only looser).
+    """
+    try:
+        lo, hi = profile.eps_bounds(1e-12)
+    except (ValueError, ArithmeticError):
+        return 0.0
+    edges = [e for e in (lo, hi) if e != 0.0 and math.isfinite(e)]
+    if not edges:
+        return 0.0
+    e = min(edges, key=abs)
+    if abs(e) >= 2.0 * h:
+        return 0.0
+    lams = 0.5 ** np.arange(1.0, 8.25, 0.25)
+    offs = lams * e
+    # per lam: the cell [e_a, e_b] of the lattice (i + s/h) h that contains 0, its outer
+    # neighbours (whose tangents give the candidates there, as in convex_hull_optimistic)
+    # and the tangent points of _middle_cell -- all evaluated in one call
+    e_a = np.where(offs < 0, offs, offs - h)
+    e_b = e_a + h
+    tau = e_a[:, None] + (e_b - e_a)[:, None] * np.linspace(0.0, 1.0, _N_TANGENTS)[None, :]
+    pts = np.concatenate([e_a - h, e_a, e_b, e_b + h, tau.ravel()])
+    try:
+        hv = np.asarray(profile.delta(pts), dtype=float)
+        sv = np.asarray(profile.sf_q(pts), dtype=float)
+        s_next = np.asarray(profile.sf_q(np.nextafter(e_b + h, -np.inf)), dtype=float)
+    except (ValueError, ArithmeticError):
+        return 0.0
+    m = lams.size
+    x = np.exp(pts[: 4 * m]).reshape(4, m)
+    H, S = hv[: 4 * m].reshape(4, m), sv[: 4 * m].reshape(4, m)
+    c_a = np.minimum(H[1], H[0] - S[0] * (x[1] - x[0]))
+    c_b = np.minimum(H[2], H[3] + s_next * (x[3] - x[2]))
+    h_t, s_t = hv[4 * m:].reshape(m, -1), sv[4 * m:].reshape(m, -1)
+    best, best_at1 = 0.0, -math.inf
+    for j in range(m):
+        try:
+            _, _, at1 = _middle_cell_choice(e_a[j], e_b[j], c_a[j], c_b[j], tau[j], h_t[j], s_t[j])
+        except ValueError:
+            continue
+        if at1 > best_at1:
+            best, best_at1 = float(offs[j]), at1
+    return best
+
+
+def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | None = None,
+             offset: float = 0.0) -> Grid:
+    """The grid of spacing h (points (start + i) h + offset) covering the loss range of
+    ``profile`` up to ``tail`` mass.
+
+    The grid always has points on both sides of eps = 0 (with ``offset=0``: eps = 0 strictly
+    inside), as the hull construction needs.  Raises :class:`~pldlib.GridTooLargeError`
+    beyond ``max_points``.
     """
     lo, hi = loss_range(profile, tail)
     n_points = (max(hi, h) - min(lo, -h)) / h
@@ -65,9 +122,9 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | N
             f"one step needs {n_points:,.0f} grid points at interval {h:.3g} (limit {max_points:,}); "
             "use a coarser interval"
         )
-    start = min(int(math.floor(lo / h)), -1)
-    stop = max(int(math.ceil(hi / h)), 1)
-    return Grid(h=h, start=start, n=stop - start)
+    start = min(int(math.floor((lo - offset) / h)), -1)
+    stop = max(int(math.ceil((hi - offset) / h)), 1)
+    return Grid(h=h, start=start, n=stop - start, offset=float(offset))
 
 
 def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -> DiscretePLD:
@@ -84,6 +141,7 @@ def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -
         p_inf=float(p_inf),
         pessimistic=pessimistic,
         mass_err=mass_err[i0:i1].copy(),
+        shift=float(grid.offset),
     )
 
 
@@ -228,6 +286,17 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     next_x = np.concatenate([x[1:], [np.inf]])
     with np.errstate(invalid="ignore"):
         right_tan = next_h + next_s * (next_x - x)
+    if grid.offset != 0.0:
+        # offset lattice: no point at alpha = 1; the cell [x_lo, x_lo + 1] contains it
+        ilo = int(np.searchsorted(eps, 0.0, side="left")) - 1
+        if not 0 <= ilo < n - 1:
+            raise ValueError("the offset grid must have points on both sides of eps = 0")
+        c[: ilo + 1] = left_tan[: ilo + 1]
+        c[ilo + 1 : n] = right_tan[ilo + 1 : n]
+        c[n] = profile.p_inf
+        ca, cb, _ = _middle_cell(profile, eps[ilo], eps[ilo + 1], c[ilo], c[ilo + 1])
+        c[ilo], c[ilo + 1] = ca, cb
+        return _hull_pld(x, c, hv, grid, profile)
     c[:istar] = left_tan[:istar]
     c[istar] = min(left_tan[istar], right_tan[istar])
     c[istar + 1 : n] = right_tan[istar + 1 : n]
@@ -245,6 +314,43 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     c[istar] = min(tau_l(1.0), tau_r(1.0))
     # (when alpha_{i*+1} is the last point, its candidate p_inf must also sit under tau_r)
     c[istar + 1] = min(c[istar + 1], tau_r(b))
+    return _hull_pld(x, c, hv, grid, profile)
+
+
+def _middle_cell(profile, e_a: float, e_b: float, c_a: float, c_b: float) -> tuple[float, float, float]:
+    """Candidates at the ends of the cell [e^e_a, e^e_b] that contains alpha = 1 (offset lattice,
+    docs/MATH.md 3.2): both are lowered onto one tangent line T of h at a point of the cell, so
+    the hull's chord over the cell stays under T <= h.  T must be admissible: T(a) >= 1 - a
+    (the floor of a pair's curve left of 1) and T(b) >= 0.  Among 512 tangent points (and
+    only among those tested admissible) the one giving the largest chord value at alpha = 1
+    is used; returns the two candidates and that value.  Raises ValueError when none is
+    admissible (the caller falls back to a lattice through 0)."""
+    tau = np.linspace(e_a, e_b, _N_TANGENTS)
+    h_t = np.asarray(profile.delta(tau), dtype=float)
+    s_t = np.asarray(profile.sf_q(tau), dtype=float)  # -h'(alpha+): a subgradient
+    return _middle_cell_choice(e_a, e_b, c_a, c_b, tau, h_t, s_t)
+
+
+def _middle_cell_choice(e_a, e_b, c_a, c_b, tau, h_t, s_t) -> tuple[float, float, float]:
+    """:func:`_middle_cell` given the curve h_t and slopes -s_t at the tangent points tau."""
+    a, b = math.exp(e_a), math.exp(e_b)
+    x_t = np.exp(tau)
+    ta = h_t - s_t * (a - x_t)
+    tb = h_t - s_t * (b - x_t)
+    margin = 8.0 * _U
+    ok = (ta >= (1.0 - a) * (1.0 + margin) + margin * np.abs(h_t)) & (tb >= margin * np.abs(h_t)) \
+        & np.isfinite(ta) & np.isfinite(tb)
+    if not ok.any():
+        raise ValueError("no admissible tangent in the cell containing eps = 0")
+    na = np.minimum(c_a, ta)
+    nb = np.minimum(c_b, tb)
+    at1 = na + (nb - na) * (1.0 - a) / (b - a)
+    j = int(np.argmax(np.where(ok, at1, -np.inf)))
+    return float(na[j]), float(nb[j]), float(at1[j])
+
+
+def _hull_pld(x, c, hv, grid, profile) -> DiscretePLD:
+    """The optimistic PLD from candidate values c (each under h, docs/MATH.md 3.2)."""
     c = np.minimum(c, hv)  # lowering a candidate keeps every chord under h
     px = np.concatenate([[0.0], x])
     py = np.concatenate([[1.0], c])

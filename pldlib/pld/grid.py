@@ -69,20 +69,23 @@ def _discounted_tail_sums(m: np.ndarray, h: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class GridMeasure:
-    """A non-negative measure on the grid ``(start + i) * h`` plus a constant ``const``.
+    """A non-negative measure on the grid ``(start + i) * h + shift`` plus a constant ``const``.
 
     ``curve(eps) = const + sum_i m_i (1 - e^{eps - eps_i})_+``.  For a PLD the
     constant is the +inf mass; for certified bounds it also carries tail terms.
+    ``shift`` (0 except for compositions of offset-lattice PLDs, docs/MATH.md 3.2) moves
+    every grid point by the same amount.
     """
 
     h: float
     start: int
     masses: np.ndarray
     const: float = 0.0
+    shift: float = 0.0
 
     @property
     def eps_grid(self) -> np.ndarray:
-        return (self.start + np.arange(self.masses.size)) * self.h
+        return (self.start + np.arange(self.masses.size)) * self.h + self.shift
 
     def _tails(self):
         return self._table[1], self._table[2]
@@ -102,7 +105,7 @@ class GridMeasure:
         # curve at grid points: D_i = const + A_{i+1} - e^{-h} B_{i+1}
         D = self.const + A[1:] - np.exp(-self.h) * B[1:]
         D = np.minimum.accumulate(np.maximum(D, 0.0))  # enforce monotone in float
-        grid = (self.start + np.arange(n)) * self.h
+        grid = (self.start + np.arange(n)) * self.h + self.shift
         return grid, A[:n], B[:n], D, A, B
 
     def delta(self, eps) -> np.ndarray:
@@ -145,11 +148,13 @@ class GridMeasure:
 
 @dataclass(frozen=True)
 class DiscretePLD:
-    """A discrete privacy loss distribution: masses on ``(start + i) * h`` and ``p_inf``.
+    """A discrete privacy loss distribution: masses on ``(start + i) * h + shift`` and ``p_inf``.
 
     ``pessimistic`` says on which side of the true profile this PLD was built
     (True: its curve is >= the truth everywhere; False: <= the truth), up to the
-    per-mass round-off bound ``mass_err`` that composition accounts for.
+    per-mass round-off bound ``mass_err`` that composition accounts for.  ``shift`` is
+    the offset of the lattice (0 except for optimistic PLDs on an offset lattice,
+    docs/MATH.md 3.2); composition adds the shifts of its factors.
     """
 
     h: float
@@ -159,10 +164,11 @@ class DiscretePLD:
     pessimistic: bool
     #: bound on the absolute floating-point error of each mass (None: exact)
     mass_err: np.ndarray | None = None
+    shift: float = 0.0
 
     @property
     def eps_grid(self) -> np.ndarray:
-        return (self.start + np.arange(self.masses.size)) * self.h
+        return (self.start + np.arange(self.masses.size)) * self.h + self.shift
 
     @property
     def size(self) -> int:
@@ -172,7 +178,7 @@ class DiscretePLD:
         return float(self.masses.sum() + self.p_inf)
 
     def measure(self) -> GridMeasure:
-        return GridMeasure(self.h, self.start, self.masses, self.p_inf)
+        return GridMeasure(self.h, self.start, self.masses, self.p_inf, self.shift)
 
     def delta(self, eps) -> np.ndarray:
         """Hockey-stick curve of this PLD at eps (vectorised)."""
