@@ -106,16 +106,22 @@ def _gdp_sigma(epsilon, delta, q, steps) -> float:
     return 1.0 / math.sqrt(math.log1p(x))
 
 
+#: the h^2 constant of the spacing rule for calibration's upper-only searches (the accountant's
+#: default is finer, docs/MATH.md 5.1; a search evaluates many sigmas and refines near the answer)
+UPPER_RULE_C = 0.0067
+
+
 def upper_interval(mechanism, steps: int) -> float:
     """Grid spacing aimed at the *upper* bound: the accountant's default rule
-    (:func:`pldlib.pld.accountant._rule_interval`) without its optimistic-side constraint
-    h <= |ln(1 - q)| / 2 (which forces grids of ~1e5-1e6 points per step for q ~ 1e-4);
-    upper bounds stay certified and tight at this spacing, lower bounds may be loose.
+    (:func:`pldlib.pld.accountant._rule_interval`) without its support-edge term (which
+    forces grids of ~1e5-1e6 points per step for q ~ 1e-4) and with the h^2 constant
+    UPPER_RULE_C; upper bounds stay certified and tight at this spacing, lower bounds may be loose.
     """
     from .pld.accountant import _rule_interval, _step_stats
 
     components = [(mechanism, steps)]
-    return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edge_factor=None)[0]
+    return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edge_factor=None,
+                          c=UPPER_RULE_C)[0]
 
 
 def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",

@@ -202,12 +202,21 @@ class Accountant:
             why = self._unsupported(Step(e, self.relation))
             if why:
                 raise UnsupportedEventError(f"{self.method}: {why}")
+        # equal (hashable) events merge into one step: an index keeps this linear in the
+        # number of distinct events (it is rebuilt if ``_steps`` was replaced)
+        index = self.__dict__.get("_step_index")
+        if index is None or index[0] is not self._steps or len(index[1]) > len(self._steps):
+            index = (self._steps, {s.event: i for i, (s, _) in enumerate(self._steps) if E._hashable(s.event)})
+            self._step_index = index
+        where = index[1]
         for e, k in flat:
-            for i, (s, k0) in enumerate(self._steps):
-                if E._hashable(e) and s.event == e:
-                    self._steps[i] = (s, k0 + k)
-                    break
+            i = where.get(e) if E._hashable(e) else None
+            if i is not None:
+                s, k0 = self._steps[i]
+                self._steps[i] = (s, k0 + k)
             else:
+                if E._hashable(e):
+                    where[e] = len(self._steps)
                 self._steps.append((Step(e, self.relation), k))
         self._reset()
         return self

@@ -26,7 +26,7 @@ from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
 from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
                             branch_labels, components_of)
-from .schedule import group_schedule
+from .schedule import GROUP_RATIO, GroupedStep, group_schedule
 from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
 
@@ -53,6 +53,13 @@ AUTO_STEP_POINTS = 2**18
 
 #: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h
 COARSE_FACTOR = 8
+#: from this many distinct components on, every branch is composed in full (no coarse screening:
+#: its discretisations would cost more than the branch it might skip)
+SCREEN_MAX_COMPONENTS = 32
+#: the spacing rule's h^2 term: h <= sqrt(RULE_C * eps_typ / K) (docs/MATH.md 5.1)
+RULE_C = 0.002
+#: the automatic grid is refined when a probe's relative width exceeds this (aiming at 0.4%)
+REFINE_ABOVE = 0.006
 #: names accepted by ``account(..., discretisation=...)``
 DISCRETISATIONS = ("connect_the_dots", "privacy_buckets")
 
@@ -368,20 +375,22 @@ def _edge_factor(discretisation: str) -> float:
     return 0.5 if discretisation == "privacy_buckets" else 1.0
 
 
-def _rule_interval(stats, counts, edge_factor: float | None = 1.0) -> tuple[float, float]:
-    """h = min(s_K / 50, sqrt(0.0067 * eps_typ / K), edge_factor * edge) (and (eps_typ) of the binding branch).
+def _rule_interval(stats, counts, edge_factor: float | None = 1.0, c: float | None = None) -> tuple[float, float]:
+    """h = min(s_K / 50, sqrt(c * eps_typ / K), edge_factor * edge) (and (eps_typ) of the binding branch).
 
     Connect-the-dots shifts each step's loss by about h^2/8 (optimistic
-    side: a few times that), so the width after K steps is about
-    0.75 K h^2; keeping it under 0.5% of a typical epsilon
-    eps_typ = mean + 3 sd of the composed loss, and resolving the composed
-    spread s_K by 50 points, gives this rule.  ``edge`` is the distance from 0 to
-    the nearest edge of a single-step loss support (|ln(1-q)| for Poisson
-    remove): a coarser grid leaves the optimistic PLD nothing to work with.
+    side: a few times that), so the width after K steps grows like K h^2; the
+    h^2 term (c = RULE_C by default) puts a probe answer's relative width at a
+    typical epsilon eps_typ = mean + 3 sd of the composed loss under about 0.6%, and
+    resolving the composed spread s_K by 50 points gives the first term (docs/MATH.md 5.1).
+    ``edge`` is the distance from 0 to the nearest edge of a single-step loss support
+    (|ln(1-q)| for Poisson remove): it keeps one step's loss law resolved.
     The accountant then refines h (at most twice) from a probe answer's width.
     ``stats`` comes from :func:`_step_stats`; ``counts`` are the steps per component.
-    ``edge_factor=None`` drops the edge term: the spacing an *upper* bound needs (calibration).
+    ``edge_factor=None`` drops the edge term: the spacing an *upper* bound needs (calibration,
+    which also passes its own ``c``).
     """
+    c = RULE_C if c is None else float(c)
     best, best_eps = math.inf, 1.0
     for row in stats:
         mean = var = 0.0
@@ -401,7 +410,7 @@ def _rule_interval(stats, counts, edge_factor: float | None = 1.0) -> tuple[floa
         if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
             h = min((edge_factor or 0.5) * min(edge_list, default=0.2), 0.1)
         else:
-            h = min(s / 50.0, math.sqrt(0.0067 * eps_typ / K), min(widths) / 50.0,
+            h = min(s / 50.0, math.sqrt(c * eps_typ / K), min(widths) / 50.0,
                     (edge_factor or 0.5) * min(edge_list, default=math.inf))
         if h < best:
             best, best_eps = h, eps_typ
@@ -490,7 +499,8 @@ class PLDAccountant(Accountant):
         sp = X.split_exact([(s.event, k) for s, k in self._steps], self.relation)
         self._pinf = sp.pinf_bounds()
         self._exact = None
-        eff = [(s, k) for s, k in self._steps if any(s.event is e for e, _ in sp.rest)]
+        rest = {id(e) for e, _ in sp.rest}
+        eff = [(s, k) for s, k in self._steps if id(s.event) in rest]
         eff = group_schedule(eff, self.relation)  # long schedules: certified grouping (MATH 5.8)
         # the combined Gaussian: pair(event, c) gives sigma_comb / c = 1 / mu
         c = 2.0 if self.relation == "substitution" else 1.0
@@ -628,12 +638,16 @@ class PLDAccountant(Accountant):
             # like h^2 (like h for privacy buckets), so aim the probe's relative
             # width at 0.4% (the probe's compositions stay cached when h is kept)
             rate = 0.5 if self.discretisation == "connect_the_dots" else 1.0
+            # refine only above 0.6% (a second pass costs more than the first); grouped schedules
+            # (docs/MATH.md 5.8): the cells add about 2 * GROUP_RATIO, which no finer grid removes
+            trigger = REFINE_ABOVE + (2.0 * GROUP_RATIO if any(isinstance(m, GroupedStep) for m, _ in components)
+                                      else 0.0)
             for _ in range(2):
                 relw = self._probe_width()
-                if not relw > 0.004:  # NaN: the probe did not fit
+                if not relw > trigger:  # NaN: the probe did not fit
                     break
                 # (privacy buckets: at most 4x finer per refinement, so the default stays cheap)
-                h_new = h * max(0.95 * (0.004 / relw) ** rate, 0.25)
+                h_new = h * max(0.95 * (0.004 / relw) ** rate, 0.25)  # (aims at 0.4% from the grid)
                 previous = self._branches
                 try:
                     self._branches = self._discretise(labels, per_comp, h_new)
@@ -859,7 +873,8 @@ class PLDAccountant(Accountant):
         empty = -np.inf if kind == "eps" else 0.0
         if len(self._branches) == 1:
             return exact(self._branches[0], x)
-        coarse = [np.full(x.size, np.inf) if st.source.built else self._coarse_upper(st, x, kind)
+        screen = len(self._eff) < SCREEN_MAX_COMPONENTS
+        coarse = [np.full(x.size, np.inf) if st.source.built or not screen else self._coarse_upper(st, x, kind)
                   for st in self._branches]
         lo = np.full(x.size, empty)
         up = np.full(x.size, empty)

@@ -63,7 +63,7 @@ def hull_offset(profile: PrivacyProfile, h: float) -> float:
     no admissible offset: the lattice through 0 stays sound, only looser).
     """
     try:
-        lo, hi = profile.eps_bounds(1e-12)
+        lo, hi = profile.support_edges()
     except (ValueError, ArithmeticError):
         return 0.0
     edges = [e for e in (lo, hi) if e != 0.0 and math.isfinite(e)]
@@ -270,7 +270,8 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     n = grid.n
     hv = profile.delta(eps)
     s = profile.sf_q(eps)  # -h'(alpha+) = Q(L > eps): the right derivative
-    s_left = profile.sf_q(np.nextafter(eps, -np.inf))  # -h'(alpha-) = Q(L >= eps)
+    # -h'(alpha-) = Q(L >= eps): the same as s without atoms
+    s_left = s if getattr(profile, "atomless", False) else profile.sf_q(np.nextafter(eps, -np.inf))
     istar = -grid.start  # index of eps = 0
     c = np.empty(n + 1)
     # alpha < 1: tangent at the left neighbour (alpha_{-1} = 0 with h(0) = 1, h'(0+) = -Q(L > -inf))
@@ -381,7 +382,8 @@ def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool
     def params(tau):
         tau = np.asarray(tau, dtype=float)
         h_t = np.asarray(profile.delta(tau), dtype=float)
-        s_t = np.asarray(profile.sf_q(np.nextafter(tau, -np.inf) if left_derivative else tau), dtype=float)
+        left = left_derivative and not getattr(profile, "atomless", False)
+        s_t = np.asarray(profile.sf_q(np.nextafter(tau, -np.inf) if left else tau), dtype=float)
         return h_t, s_t, np.exp(tau)
 
     def line(tau):

@@ -76,6 +76,9 @@ class PrivacyProfile(ABC):
 
     #: P(L = +inf): mass of outputs that Q cannot produce.
     p_inf: float = 0.0
+    #: True only when L has no atom at a finite value (then Q(L >= eps) = Q(L > eps) and the
+    #: left and right derivatives of the curve agree); False is always safe.
+    atomless: bool = False
 
     # -- distribution of the privacy loss ---------------------------------
     @abstractmethod
@@ -140,6 +143,14 @@ class PrivacyProfile(ABC):
         return self._masses(sp[:-1], sp[1:], cp[:-1], cp[1:], sq[:-1], sq[1:], cq[:-1], cq[1:])
 
     # -- support ----------------------------------------------------------
+    def support_edges(self) -> tuple[float, float]:
+        """(lo, hi): the ends of the support of L (finite losses), -inf / +inf where unbounded.
+
+        Generic version: :meth:`eps_bounds` at tail 1e-12 (ends within that mass of the true
+        ones); profiles that know their support override it.  Used only to place lattices
+        (docs/MATH.md 3.2), never for a bound."""
+        return self.eps_bounds(1e-12)
+
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         """(lo, hi) with P(L <= lo) <= tail and P(hi < L < inf) <= tail.
 

@@ -67,6 +67,10 @@ class ShiftFamily:
 class GaussianNoise(ShiftFamily):
     """N(0, s^2) with shift D: g(x) = (2 x D - D^2) / (2 s^2) (increasing, unbounded)."""
 
+    #: g is strictly increasing (linear), so every mixture loss ln(sum a_i e^{g(x - c_i)}) - ...
+    #: is analytic and non-decreasing in x, hence strictly increasing off a null set: no atoms
+    continuous_loss = True
+
     def __init__(self, s: float, D: float):
         self.s, self.D = float(s), float(D)
         self.g_min, self.g_max = -np.inf, np.inf
@@ -201,6 +205,10 @@ class MixtureProfile(PrivacyProfile):
         self.reverse = reverse
         self.p_inf = 0.0
 
+    @property
+    def atomless(self) -> bool:
+        return bool(getattr(self.noise, "continuous_loss", False))
+
     def reversed(self) -> "MixtureProfile":
         return MixtureProfile(self.noise, self.pa, self.pc, self.qb, self.qd, self._threshold,
                               self._loss, self._range, reverse=not self.reverse)
@@ -266,6 +274,10 @@ class MixtureProfile(PrivacyProfile):
         comp = rng.choice(pw.size, size=n, p=pw / pw.sum())
         x = self.noise.sample(rng, n) + ps[comp]
         return -self._loss(x) if self.reverse else self._loss(x)
+
+    def support_edges(self) -> tuple[float, float]:
+        lo_l, hi_l = self._range
+        return (-hi_l, -lo_l) if self.reverse else (lo_l, hi_l)
 
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         lo_l, hi_l = self._range
