@@ -27,7 +27,7 @@ from ..mechanisms import Mechanism
 from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
                             branch_labels, components_of)
 from .schedule import GROUP_RATIO, GroupedStep, group_schedule
-from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, compose, estimate_tilt, solve_tilt
+from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
@@ -265,34 +265,56 @@ class _Discretised:
     def built(self) -> bool:
         return self._fine is not None
 
+    def _one(self, pair, grids):
+        """(upper PLD, lower PLD or None) of one component."""
+        (pu, pl), (gu, gl) = pair, grids
+        if self.discretisation == "privacy_buckets":
+            return (privacy_buckets(pu, gu, pessimistic=True),
+                    None if gl is None else privacy_buckets(pl, gl, pessimistic=False))
+        up = connect_the_dots(pu, gu)
+        if gl is None:
+            return up, None
+        try:
+            return up, convex_hull_optimistic(pl, gl)
+        except ValueError:
+            if gl.offset == 0.0:
+                raise
+            # no admissible tangent in the offset cell: the lattice through 0
+            return up, convex_hull_optimistic(pl, grid_for(pl, self.h, self.tail, self.max_bins))
+
     def fine(self):
         if self._fine is None:
-            uppers, lowers = [], []
-            for (pu, pl), (gu, gl) in zip(self.pairs, self.grids):
-                if self.discretisation == "privacy_buckets":
-                    uppers.append(privacy_buckets(pu, gu, pessimistic=True))
-                    if gl is not None:
-                        lowers.append(privacy_buckets(pl, gl, pessimistic=False))
-                else:
-                    uppers.append(connect_the_dots(pu, gu))
-                    if gl is not None:
-                        try:
-                            lowers.append(convex_hull_optimistic(pl, gl))
-                        except ValueError:
-                            if gl.offset == 0.0:
-                                raise
-                            # no admissible tangent in the offset cell: the lattice through 0
-                            lowers.append(convex_hull_optimistic(pl, grid_for(pl, self.h, self.tail, self.max_bins)))
-            self._fine = (uppers, None if self.upper_only else lowers)
+            done = _map(self._one, self.pairs, self.grids)
+            uppers = [u for u, _ in done]
+            self._fine = (uppers, None if self.upper_only else [lo for _, lo in done])
         return self._fine
 
     def coarse(self):
         """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound)."""
         if self._coarse is None:
             hc = COARSE_FACTOR * self.h
-            self._coarse = [connect_the_dots(pu, grid_for(pu, hc, self.tail, self.max_bins))
-                            for pu, _ in self.pairs]
+            self._coarse = _map(lambda pair: connect_the_dots(pair[0], grid_for(pair[0], hc, self.tail, self.max_bins)),
+                                self.pairs)
         return self._coarse
+
+
+#: from this many components on, their discretisations run on a thread pool
+THREADS_FROM = 32
+
+
+def _map(fn, *items) -> list:
+    """[fn(*args) for args in zip(*items)], on ``PLDLIB_FFT_WORKERS`` threads (default: the CPUs
+    this process may use, at most 8) when there are at least THREADS_FROM items (the profile
+    evaluations are numpy loops that release the GIL: about 1.3x on 2 cores).  Order kept;
+    the first exception is raised."""
+    n = len(items[0])
+    workers = _fft_threads()
+    if n < THREADS_FROM or workers < 2:
+        return [fn(*args) for args in zip(*items)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, n)) as ex:
+        return list(ex.map(fn, *items))
 
 
 def _tilt_plds(st) -> list:

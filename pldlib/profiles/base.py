@@ -167,7 +167,8 @@ class PrivacyProfile(ABC):
             cache[tail] = self._eps_bounds_search(tail)
         return cache[tail]
 
-    def _eps_bounds_search(self, tail: float) -> tuple[float, float]:
+    def _eps_bounds_search(self, tail: float, want_lo: bool = True, want_hi: bool = True) -> tuple[float, float]:
+        """The generic search of :meth:`eps_bounds`; a side not wanted is returned as -inf / +inf."""
         def find(fn, target, direction):
             # bracket: the first x = 2^k (k = 0..199) with fn(direction x) <= target,
             # 16 doublings per vectorised call
@@ -198,8 +199,8 @@ class PrivacyProfile(ABC):
                     lo_ = float(pts[-1])
             return direction * hi_
 
-        hi = find(lambda e: self.sf_p(e) - self.p_inf, tail, +1.0)
-        lo = find(lambda e: self.cdf_p(e), tail, -1.0)
+        hi = find(lambda e: self.sf_p(e) - self.p_inf, tail, +1.0) if want_hi else math.inf
+        lo = find(lambda e: self.cdf_p(e), tail, -1.0) if want_lo else -math.inf
         return lo, hi
 
     def reversed(self) -> "PrivacyProfile":

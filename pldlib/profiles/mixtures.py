@@ -283,7 +283,13 @@ class MixtureProfile(PrivacyProfile):
         lo_l, hi_l = self._range
         if self.reverse:
             lo_l, hi_l = -hi_l, -lo_l
-        lo, hi = super().eps_bounds(tail) if (np.isinf(lo_l) or np.isinf(hi_l)) else (lo_l, hi_l)
+        if np.isinf(lo_l) or np.isinf(hi_l):  # search only the unbounded ends (cached per tail)
+            cache = self.__dict__.setdefault("_eps_bounds_cache", {})
+            if tail not in cache:
+                cache[tail] = self._eps_bounds_search(tail, want_lo=bool(np.isinf(lo_l)), want_hi=bool(np.isinf(hi_l)))
+            lo, hi = cache[tail]
+        else:
+            lo, hi = lo_l, hi_l
         return max(lo, lo_l - 1e-12), min(hi, hi_l)
 
 
