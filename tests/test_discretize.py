@@ -372,3 +372,17 @@ def test_composition_of_offset_lattice_plds_is_shifted_by_the_offsets():
         sel = eps >= c.valid_from
         g2 = c.lower.delta(eps[sel]) - c.alias_term(eps[sel])
         assert np.all(g2 <= want[sel] * (1 + 1e-9) + 1e-15)
+
+
+def test_offset_lattice_at_huge_spacings_falls_back_without_overflow():
+    """A coarsened grid (h in the hundreds, as the memory-budget fallback makes) puts e^eps of
+    the cell around 0 beyond floating point: hull_offset answers 0 (the lattice through 0), and
+    the cell helper refuses with ValueError (which the accountant catches), never OverflowError
+    (found by the robustness run: rr x 42 + Poisson Laplace x 5e8 + Laplace x 14)."""
+    from pldlib.pld.discretize import _middle_cell_choice, hull_offset
+
+    prof = _subsampled(0.8, 0.1, "poisson", "remove")
+    assert hull_offset(prof, 800.0) == 0.0
+    tau = np.linspace(-1.0, 750.0, 8)
+    with pytest.raises(ValueError):
+        _middle_cell_choice(-1.0, 750.0, 1.0, 0.0, tau, np.ones(8), np.ones(8))

@@ -70,7 +70,7 @@ def hull_offset(profile: PrivacyProfile, h: float) -> float:
     if not edges:
         return 0.0
     e = min(edges, key=abs)
-    if abs(e) >= 2.0 * h:
+    if abs(e) >= 2.0 * h or h > 100.0:  # (h > 100: e^{eps} of the cell overflows)
         return 0.0
     lams = 0.5 ** np.arange(1.0, 8.25, 0.25)
     offs = lams * e
@@ -97,7 +97,7 @@ def hull_offset(profile: PrivacyProfile, h: float) -> float:
     for j in range(m):
         try:
             _, _, at1 = _middle_cell_choice(e_a[j], e_b[j], c_a[j], c_b[j], tau[j], h_t[j], s_t[j])
-        except ValueError:
+        except (ValueError, ArithmeticError):
             continue
         if at1 > best_at1:
             best, best_at1 = float(offs[j]), at1
@@ -334,6 +334,8 @@ def _middle_cell(profile, e_a: float, e_b: float, c_a: float, c_b: float) -> tup
 
 def _middle_cell_choice(e_a, e_b, c_a, c_b, tau, h_t, s_t) -> tuple[float, float, float]:
     """:func:`_middle_cell` given the curve h_t and slopes -s_t at the tangent points tau."""
+    if not (-700.0 < e_a < e_b < 700.0):  # e^eps would overflow: no usable cell
+        raise ValueError("the cell containing eps = 0 is too wide for floating point")
     a, b = math.exp(e_a), math.exp(e_b)
     x_t = np.exp(tau)
     ta = h_t - s_t * (a - x_t)
