@@ -57,7 +57,19 @@ def _discounted_tail_sums(m: np.ndarray, h: float) -> np.ndarray:
     M = M.reshape(nb, L)
     w = _block_weights(float(h), L)                          # e^{-(j - s) h}
     local = np.cumsum((M * w)[:, ::-1], axis=1)[:, ::-1] / w  # sums inside each block
-    if nb > 1:
+    if nb > _SCAN_FROM:
+        # many blocks (coarse grids: L h ~ 30 with L small): the block starts' tail sums
+        # c_k = a_k + r c_{k+1}, r = e^{-L h}, by a doubling scan (log2(nb) vector steps of
+        # non-negative terms) instead of a Python loop over the blocks
+        r = math.exp(-L * h)
+        c = local[:, 0].copy()
+        step, rs = 1, r
+        while step < nb and rs > 0.0:
+            c[:-step] += rs * c[step:]  # (the right side is evaluated before the update)
+            step, rs = 2 * step, rs * rs
+        gap = math.exp(-h) * w[::-1]                         # e^{-(s_next - i) h}
+        local[:-1] += gap[None, :] * c[1:, None]
+    elif nb > 1:
         gap = math.exp(-h) * w[::-1]                         # e^{-(s_next - i) h}
         carry = 0.0
         for k in range(nb - 1, -1, -1):
@@ -65,6 +77,10 @@ def _discounted_tail_sums(m: np.ndarray, h: float) -> np.ndarray:
                 local[k] += gap * carry
             carry = local[k, 0]
     return local.reshape(-1)[:n].copy()
+
+
+#: from this many blocks on, the blocks' carries are a vectorised doubling scan
+_SCAN_FROM = 256
 
 
 @dataclass(frozen=True)
