@@ -20,7 +20,14 @@ class PrecisionLimitError(ArithmeticError):
 
 
 class GridTooLargeError(MemoryError):
-    """The composition would need more grid points than allowed."""
+    """The composition would need more grid points than allowed.
+
+    ``need`` and ``limit`` (points; None when unknown) let an automatic grid coarsen by the
+    right factor at once."""
+
+    def __init__(self, *args, need: int | None = None, limit: int | None = None):
+        super().__init__(*args)
+        self.need, self.limit = need, limit
 
 
 def fmt(v) -> str:

@@ -121,3 +121,17 @@ def test_sweep_cells_equal_direct_calls_with_privacy_buckets():
         np.testing.assert_array_equal(up[i], r.upper)
         c = pldlib.account(m, steps=k, interval=3e-3).epsilon(deltas)
         assert np.all(up[i] - lo[i] > c.upper - c.lower)  # it really used buckets
+
+
+def test_automatic_coarsening_jumps_by_the_missing_factor():
+    """A composition refused for size says how many points it needs; the automatic grid then
+    coarsens at once by the power of 2 that fits (window points scale like 1/h), at most 2^8."""
+    from pldlib import GridTooLargeError
+    from pldlib.pld.accountant import _coarsen_factor
+
+    assert _coarsen_factor(GridTooLargeError("x", need=1000, limit=100)) == 16.0   # 2^ceil(log2 10)
+    assert _coarsen_factor(GridTooLargeError("x", need=201, limit=100)) == 4.0
+    assert _coarsen_factor(GridTooLargeError("x", need=150, limit=100)) == 2.0
+    assert _coarsen_factor(GridTooLargeError("x", need=10**12, limit=100)) == 256.0
+    assert _coarsen_factor(GridTooLargeError("no sizes")) == 2.0
+    assert _coarsen_factor(MemoryError()) == 2.0

@@ -298,6 +298,16 @@ class _Discretised:
         return self._coarse
 
 
+def _coarsen_factor(err) -> float:
+    """How much coarser the next automatic grid is: 2, or at once the power of 2 (at most
+    2^8) that brings a composition of ``err.need`` points within ``err.limit`` (the window's
+    points scale like 1/h)."""
+    need, limit = getattr(err, "need", None), getattr(err, "limit", None)
+    if not need or not limit or need <= limit:
+        return 2.0
+    return float(2 ** min(8, max(1, math.ceil(math.log2(need / limit)))))
+
+
 #: from this many components on, their discretisations run on a thread pool
 THREADS_FROM = 32
 
@@ -580,11 +590,11 @@ class PLDAccountant(Accountant):
                     try:
                         self._epsilon(np.array([1e-5]))  # a composition that must fit
                         break
-                    except MemoryError:
-                        pass
+                    except MemoryError as e:
+                        factor = _coarsen_factor(e)
                     except (ArithmeticError, ValueError):
                         break
-                    self._coarsen()
+                    self._coarsen(factor)
             finally:
                 self._auto_bins = self.max_bins
                 self.max_bins = saved
@@ -600,14 +610,15 @@ class PLDAccountant(Accountant):
         return _rule_interval(_step_stats(self._eff, per_comp), [k for _, k in self._eff],
                               edge_factor=_edge_factor(self.discretisation))[0]
 
-    def _coarsen(self):
-        """Double the spacing (automatic grid only), flagging the accuracy as limited."""
+    def _coarsen(self, factor: float = 2.0):
+        """Multiply the spacing by ``factor`` (a power of 2; automatic grid only), flagging the
+        accuracy as limited."""
         if not self.accuracy_limited:
             warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
                           f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
                           "(wider intervals)", AccuracyLimitedWarning, stacklevel=4)
         self.accuracy_limited = True
-        h = 2.0 * self.interval
+        h = float(factor) * self.interval
         per_comp = [m.branches() for m, _ in self._eff]
         self._branches = self._discretise(self._labels, per_comp, h)
         self.interval = h
@@ -1034,7 +1045,7 @@ class PLDAccountant(Accountant):
                 if self._interval_opt is not None or self._bins_explicit or \
                         (not isinstance(e, GridTooLargeError) and self.interval <= 0):
                     raise
-                self._coarsen()
+                self._coarsen(_coarsen_factor(e))
         # no grid fits the budget at any spacing (e.g. 10^8 steps of a two-atom pair: the
         # composed support alone exceeds it): the trivial certified interval, flagged
         warnings.warn("pldlib: no grid within the memory budget resolves this composition; answering with "

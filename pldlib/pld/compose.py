@@ -708,7 +708,7 @@ def compose(
     if need > max_bins:
         raise GridTooLargeError(
             f"composition needs {need:,} grid points (limit {max_bins:,}); "
-            "use a coarser interval (larger h)"
+            "use a coarser interval (larger h)", need=need, limit=max_bins
         )
     span = max(abs(w_lo), abs(w_hi)) * h
     if theta * span > 1.01 * MAX_TILT_EXPONENT:
