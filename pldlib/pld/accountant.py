@@ -423,6 +423,7 @@ def _rule_interval(stats, counts, edge_factor: float | None = 1.0, c: float | No
     which also passes its own ``c``).
     """
     c = RULE_C if c is None else float(c)
+    ef = 0.5 if edge_factor is None else float(edge_factor)  # (no edges then: only the 0.2 default)
     best, best_eps = math.inf, 1.0
     for row in stats:
         mean = var = 0.0
@@ -440,10 +441,10 @@ def _rule_interval(stats, counts, edge_factor: float | None = 1.0, c: float | No
         s = math.sqrt(max(var, 1e-300))
         eps_typ = max(mean + 3 * s, 1e-3)
         if var <= 0 or not widths:  # a single atom per step: any spacing resolves it
-            h = min((edge_factor or 0.5) * min(edge_list, default=0.2), 0.1)
+            h = min(ef * min(edge_list, default=0.2), 0.1)
         else:
             h = min(s / 50.0, math.sqrt(c * eps_typ / K), min(widths) / 50.0,
-                    (edge_factor or 0.5) * min(edge_list, default=math.inf))
+                    ef * min(edge_list, default=math.inf))
         if h < best:
             best, best_eps = h, eps_typ
     return float(max(best, 1e-6)), best_eps
@@ -635,13 +636,13 @@ class PLDAccountant(Accountant):
                 try:
                     self._build_auto(t0, h0)
                     return
-                except MemoryError:  # GridTooLargeError, or numpy under a memory cap
+                except MemoryError as e:  # GridTooLargeError, or numpy under a memory cap
                     if not self.accuracy_limited:
                         warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
                                       f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
                                       "(wider intervals)", AccuracyLimitedWarning, stacklevel=5)
                     self.accuracy_limited = True
-                    h0 *= 2.0
+                    h0 *= _coarsen_factor(e)
             raise GridTooLargeError("no grid fits the memory budget")
         self._build_fixed(t0, interval)
 

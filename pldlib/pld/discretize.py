@@ -120,7 +120,7 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | N
 
         raise GridTooLargeError(
             f"one step needs {n_points:,.0f} grid points at interval {h:.3g} (limit {max_points:,}); "
-            "use a coarser interval"
+            "use a coarser interval", need=int(math.ceil(n_points)), limit=int(max_points)
         )
     start = min(int(math.floor((lo - offset) / h)), -1)
     stop = max(int(math.ceil((hi - offset) / h)), 1)

@@ -280,17 +280,15 @@ class MixtureProfile(PrivacyProfile):
         return (-hi_l, -lo_l) if self.reverse else (lo_l, hi_l)
 
     def eps_bounds(self, tail: float) -> tuple[float, float]:
-        lo_l, hi_l = self._range
-        if self.reverse:
-            lo_l, hi_l = -hi_l, -lo_l
-        if np.isinf(lo_l) or np.isinf(hi_l):  # search only the unbounded ends (cached per tail)
-            cache = self.__dict__.setdefault("_eps_bounds_cache", {})
-            if tail not in cache:
-                cache[tail] = self._eps_bounds_search(tail, want_lo=bool(np.isinf(lo_l)), want_hi=bool(np.isinf(hi_l)))
-            lo, hi = cache[tail]
-        else:
-            lo, hi = lo_l, hi_l
+        lo_l, hi_l = self.support_edges()
+        lo, hi = super().eps_bounds(tail) if (np.isinf(lo_l) or np.isinf(hi_l)) else (lo_l, hi_l)
         return max(lo, lo_l - 1e-12), min(hi, hi_l)
+
+    def _eps_bounds_search(self, tail: float, want_lo: bool = True, want_hi: bool = True):
+        # only the unbounded ends need a search (the base class caches the result per tail)
+        lo_l, hi_l = self.support_edges()
+        return super()._eps_bounds_search(tail, want_lo=want_lo and bool(np.isinf(lo_l)),
+                                          want_hi=want_hi and bool(np.isinf(hi_l)))
 
 
 def poisson_remove(noise, q: float) -> MixtureProfile:
