@@ -12,6 +12,7 @@ the answer, so small deltas stay tight; what cannot be certified raises
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -31,17 +32,31 @@ from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, c
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
-           "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET"]
+           "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET", "DEFAULT_TIME_BUDGET"]
 
 
 class AccuracyLimitedWarning(UserWarning):
-    """The automatic grid was coarsened to fit the memory budget: the answer is still a
+    """The automatic grid was coarsened to fit the memory or time budget: the answer is still a
     certified interval, only wider than the accuracy the automatic rule aims at
     (``PLDAccountant.accuracy_limited`` is then True)."""
 
 
 #: default memory budget of the automatic grid (bytes): 1 GB
 DEFAULT_MEMORY_BUDGET = 2**30
+#: default time budget (seconds) of one query (and of one build) on an automatic grid: a
+#: composition predicted to end past it coarsens the grid (flagged) instead of running
+DEFAULT_TIME_BUDGET = 10.0
+#: compositions of at most this many points always run, past the deadline too (a few tenths
+#: of a second each): coarsening for time ends there
+TIME_MIN_BINS = 2**18
+#: seconds per FFT point of a composition (both sides, with reading its answers) before one
+#: was measured on this accountant (5e-7 to 1e-6 here)
+RATE_PRIOR = 8e-7
+#: reading a composition's answers (query tables) costs about this fraction of composing it
+READ_FACTOR = 0.7
+#: a composition may use at most 1 / TIME_SAFETY of the time left (the re-tilt loop may need
+#: a few); the cap is never below TIME_MIN_BINS
+TIME_SAFETY = 3.0
 #: bytes per FFT bin of a composition (both sides, transforms and work arrays; measured
 #: peak about 100 bytes per bin): the automatic grid uses at most budget / this many bins
 BYTES_PER_BIN = 128
@@ -96,7 +111,8 @@ def _discretisation(name) -> str:
 
 def account(mechanism, steps: int | None = None, *, interval: float | None = None,
             max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
-            lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> "PLDAccountant":
+            lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+            time_budget: float | None = DEFAULT_TIME_BUDGET) -> "PLDAccountant":
     """Account for ``steps`` compositions of ``mechanism`` (or a heterogeneous list).
 
     Parameters
@@ -127,6 +143,12 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
         wider, ``acc.accuracy_limited`` is True and an :class:`AccuracyLimitedWarning`
         is issued.  (:class:`GridTooLargeError` is raised only for an explicit
         ``interval`` that does not fit ``max_bins``.)
+    time_budget : seconds one query (or the build) may spend on an automatic grid (default
+        10, :data:`DEFAULT_TIME_BUDGET`; None: no limit).  A composition predicted (from the
+        measured cost per FFT point) to end past it is not started: the grid is coarsened
+        instead, or the re-tilt loop keeps the certified answers it has, with the same flag
+        and warning as the memory budget.  The budget is soft (discretisation and the last
+        composition are not interrupted) and never applies to an explicit ``interval``.
 
     Unsampled Gaussian, randomized-response and (eps0, delta0)-DP steps are answered
     exactly (:mod:`pldlib.exact`, docs/MATH.md section 12): all unsampled Gaussians
@@ -141,7 +163,7 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     """
     return PLDAccountant.for_mechanism(mechanism, steps, interval=interval, max_bins=max_bins,
                                        discretisation=discretisation, lower_bound=lower_bound,
-                                       memory_budget=memory_budget)
+                                       memory_budget=memory_budget, time_budget=time_budget)
 
 
 def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, interval: float | None = None,
@@ -296,6 +318,12 @@ class _Discretised:
             self._coarse = _map(lambda pair: connect_the_dots(pair[0], grid_for(pair[0], hc, self.tail, self.max_bins)),
                                 self.pairs)
         return self._coarse
+
+
+class TimeBudgetError(GridTooLargeError):
+    """A composition of the automatic grid needs more points than the time left allows
+    (internal: the automatic grid coarsens by :func:`_coarsen_factor`, or the re-tilt loop
+    keeps the certified answers it has; never seen by users)."""
 
 
 def _coarsen_factor(err) -> float:
@@ -465,9 +493,12 @@ class PLDAccountant(Accountant):
 
     def __init__(self, relation: str = "add_remove", *, interval: float | None = None,
                  max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
-                 lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET):
+                 lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                 time_budget: float | None = DEFAULT_TIME_BUDGET):
         super().__init__(relation)
         self.memory_budget = V.positive_int("memory_budget", memory_budget)
+        self.time_budget = None if time_budget is None else V.positive_finite("time_budget", time_budget)
+        self._deadline = None
         if not isinstance(lower_bound, bool):
             raise TypeError(f"lower_bound must be True or False, got {lower_bound!r}")
         if not lower_bound and interval is None:
@@ -488,6 +519,8 @@ class PLDAccountant(Accountant):
                "lower_bound": not self.upper_only}
         if self.memory_budget != DEFAULT_MEMORY_BUDGET:
             out["memory_budget"] = self.memory_budget
+        if self.time_budget != DEFAULT_TIME_BUDGET:
+            out["time_budget"] = self.time_budget
         return out
 
     def epsilon_per_steps(self, event, steps, deltas):
@@ -562,6 +595,10 @@ class PLDAccountant(Accountant):
         self._eff = eff
 
     def _build(self):
+        with self._clock():
+            self._build_timed()
+
+    def _build_timed(self):
         t0 = time.perf_counter()
         self.accuracy_limited = False
         self._split()
@@ -589,7 +626,7 @@ class PLDAccountant(Accountant):
                 self._build_grid(t0, None)
                 for _ in range(MAX_COARSEN):
                     try:
-                        self._epsilon(np.array([1e-5]))  # a composition that must fit
+                        self._fits()  # the window of a typical query must fit the memory budget
                         break
                     except MemoryError as e:
                         factor = _coarsen_factor(e)
@@ -604,6 +641,18 @@ class PLDAccountant(Accountant):
         else:
             self._build_grid(t0, self._interval_opt)
 
+    def _fits(self) -> None:
+        """Lay out (no FFT) each branch's composition at the tilt estimated for delta = 1e-5:
+        raises what a query's composition would raise for its size (``GridTooLargeError``
+        when it exceeds the memory budget or the points the time left pays for), so that the
+        grid is coarsened once, by the right factor, before any composition."""
+        deltas = np.array([1e-5])
+        cut = _cut_scale(deltas)
+        for st in self._branches:
+            theta = estimate_tilt(_tilt_plds(st), st.counts, 1e-5, cut)
+            compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
+                    max_bins=self._bins(), cut_scale=cut, dry_run=True)
+
     def _rule_start(self):
         if self._start is not None:
             return float(self._start)
@@ -614,11 +663,7 @@ class PLDAccountant(Accountant):
     def _coarsen(self, factor: float = 2.0):
         """Multiply the spacing by ``factor`` (a power of 2; automatic grid only), flagging the
         accuracy as limited."""
-        if not self.accuracy_limited:
-            warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
-                          f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
-                          "(wider intervals)", AccuracyLimitedWarning, stacklevel=4)
-        self.accuracy_limited = True
+        self._limited(stacklevel=5)
         h = float(factor) * self.interval
         per_comp = [m.branches() for m, _ in self._eff]
         self._branches = self._discretise(self._labels, per_comp, h)
@@ -637,11 +682,7 @@ class PLDAccountant(Accountant):
                     self._build_auto(t0, h0)
                     return
                 except MemoryError as e:  # GridTooLargeError, or numpy under a memory cap
-                    if not self.accuracy_limited:
-                        warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
-                                      f"{self.memory_budget:,} bytes; answering with a coarser certified grid "
-                                      "(wider intervals)", AccuracyLimitedWarning, stacklevel=5)
-                    self.accuracy_limited = True
+                    self._limited(stacklevel=6)
                     h0 *= _coarsen_factor(e)
             raise GridTooLargeError("no grid fits the memory budget")
         self._build_fixed(t0, interval)
@@ -677,6 +718,8 @@ class PLDAccountant(Accountant):
             trigger = REFINE_ABOVE + (2.0 * GROUP_RATIO if any(isinstance(m, GroupedStep) for m, _ in components)
                                       else 0.0)
             for _ in range(2):
+                if self.accuracy_limited:
+                    break  # already coarsened to fit: a finer grid cannot fit either
                 relw = self._probe_width()
                 if not relw > trigger:  # NaN: the probe did not fit
                     break
@@ -692,10 +735,7 @@ class PLDAccountant(Accountant):
                     if rate == 0.5 and self._bins_explicit:
                         raise
                     if rate == 0.5:
-                        warnings.warn("pldlib: the automatic refinement does not fit the memory budget; "
-                                      "keeping the finest grid that fits (wider intervals)",
-                                      AccuracyLimitedWarning, stacklevel=6)
-                        self.accuracy_limited = True
+                        self._limited(stacklevel=8)
                     break
                 h = h_new
             interval = h
@@ -765,8 +805,18 @@ class PLDAccountant(Accountant):
     def _compose(self, st: _BranchState, theta: float, eps_from=None, cut_scale=None) -> Composition:
         key = (round(theta, 12), eps_from, cut_scale)
         if key not in st.cache:
-            st.cache[key] = compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
-                                    eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
+            t = time.perf_counter()
+            try:
+                comp = compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
+                               eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
+            except GridTooLargeError as e:
+                if e.need is not None and e.need <= self._bins(memory_only=True):
+                    raise TimeBudgetError(str(e), need=e.need, limit=e.limit) from None
+                raise
+            if comp.n_bins >= TIME_MIN_BINS:  # (smaller ones measure overheads, not the rate)
+                # measured seconds per point (with reading the answers): the time budget's rate
+                self._rate = (1.0 + READ_FACTOR) * (time.perf_counter() - t) / comp.n_bins
+            st.cache[key] = comp
         return st.cache[key]
 
     def _tilt_for(self, st, eps_target, cut_scale=None) -> float:
@@ -787,7 +837,7 @@ class PLDAccountant(Accountant):
         # below valid_from the lower curve says nothing
         return np.where(out < comp.valid_from, -np.inf, out)
 
-    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None):
+    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None, eps_of=None):
         """The re-tilt loop of both queries (docs/MATH.md section 5.1).
 
         Compose at tilt ``theta``; ``evaluate(comp, x, share)`` gives (upper, lower, round-off
@@ -795,6 +845,12 @@ class PLDAccountant(Accountant):
         this tilt and a smaller share than before).  While a share exceeds RETILT_SHARE,
         re-tilt at ``propose(pending, upper)``; a tilt that repeats falls back to the untilted
         window once, then stops.  Every kept answer is certified at its own tilt.
+
+        A tilt repeats when it is within 1e-9 (relative) of one tried, or when it moves the
+        tilting factor exp(theta eps) at the pending answers (``eps_of(pending, upper)``) by
+        less than 5%: the round-off share would barely change.  Past the time budget the
+        loop stops with the answers it has when each is certifiable (share below
+        REFUSE_SHARE; flagged accuracy-limited).
         """
         n = x.size
         up = np.full(n, np.nan)
@@ -814,7 +870,8 @@ class PLDAccountant(Accountant):
             if todo.size == 0:
                 break
             theta = propose(todo, up)
-            if any(abs(theta - th) < 1e-9 * max(1.0, th) for th in tried):
+            scale = max(1.0, float(eps_of(todo, up))) if eps_of is not None else 1.0
+            if any(abs(theta - th) < 1e-9 * max(1.0, th) or abs(theta - th) * scale < 0.05 for th in tried):
                 theta = 0.0 if 0.0 not in tried else None  # fall back to the untilted window
             if theta is None:
                 break
@@ -823,6 +880,11 @@ class PLDAccountant(Accountant):
                 comp = self._compose(st, theta, cut_scale=cut_scale)
             except UntiltError:
                 break  # the answers found so far stand; the rest is refused by the caller
+            except TimeBudgetError:
+                if not np.all(share[todo] < REFUSE_SHARE):
+                    raise  # nothing certifiable yet: the grid is coarsened (``_auto``)
+                self._limited()
+                break  # the answers found so far are certified, only looser
         return lo, up, share
 
     def _branch_epsilon(self, st, deltas):
@@ -847,8 +909,12 @@ class PLDAccountant(Accountant):
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
         # (the tilt needs no precision: estimated on the cheap coarse PLDs)
+        def eps_of(todo, up):
+            u = np.abs(up[todo])
+            return np.max(u[np.isfinite(u)], initial=1.0)
+
         lo, up, share = self._retilt(st, deltas, estimate_tilt(_tilt_plds(st), st.counts, float(deltas.min()), cut),
-                                     evaluate, propose, cut_scale=cut)
+                                     evaluate, propose, cut_scale=cut, eps_of=eps_of)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
@@ -937,11 +1003,24 @@ class PLDAccountant(Accountant):
         """
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
-        self._ensure_built()
-        if self._exact is not None:
-            lo, up = self._exact.epsilon_bounds(deltas)
-        else:
-            lo, up = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d)).epsilon_bounds(deltas)
+        if not self._built and self._steps:
+            # every delta below the certain +inf mass of (eps0, delta0) steps: eps = +inf,
+            # certified without any grid (the same test as PinfWrapped.epsilon_bounds)
+            d_lo = X.split_exact([(s.event, k) for s, k in self._steps], self.relation).pinf_bounds()[0]
+            if d_lo > 0 and np.all((deltas - d_lo) / (1 - d_lo) * (1 + 4 * X.U) + 4 * X.U * d_lo <= 0):
+                from ..sampling.base import check_steps
+
+                for s, k in self._steps:
+                    check_steps(s.event, k)
+                inf = np.full(deltas.shape, np.inf)
+                return Interval(math.inf, math.inf) if scalar else Interval(inf, inf.copy())
+        with self._clock():
+            self._ensure_built()
+            if self._exact is not None:
+                lo, up = self._exact.epsilon_bounds(deltas)
+            else:
+                lo, up = X.PinfWrapped(self._pinf, None,
+                                       lambda d: self._auto(self._epsilon, d)).epsilon_bounds(deltas)
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -1012,18 +1091,21 @@ class PLDAccountant(Accountant):
         def propose(todo, up):  # tilt at the pending answer with the largest eps
             return self._tilt_for(st, eps[todo[np.argmax(eps[todo])]])
 
-        lo, up, _share = self._retilt(st, eps, 0.0, evaluate, propose)
+        lo, up, _share = self._retilt(st, eps, 0.0, evaluate, propose,
+                                      eps_of=lambda todo, up: np.max(np.abs(eps[todo]), initial=1.0))
         return lo, up
 
     def delta(self, epsilon) -> Interval:
         """Certified interval for delta(eps), vectorised over eps (negative eps allowed)."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
-        self._ensure_built()
-        if self._exact is not None:
-            lo, up = self._exact.delta_bounds(eps)
-        else:
-            lo, up = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None).delta_bounds(eps)
+        with self._clock():
+            self._ensure_built()
+            if self._exact is not None:
+                lo, up = self._exact.delta_bounds(eps)
+            else:
+                lo, up = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"),
+                                       None).delta_bounds(eps)
         up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound
         lo = np.where(np.isnan(lo), 0.0, np.minimum(lo, up))
         if scalar:
@@ -1031,10 +1113,44 @@ class PLDAccountant(Accountant):
         return Interval(lo, up)
 
     # -- budget helpers ------------------------------------------------------------------
-    def _bins(self) -> int:
-        """The FFT length cap of compositions: ``max_bins``, or the memory budget's for an
-        automatic grid."""
-        return self.__dict__.get("_auto_bins", self.max_bins) if self._interval_opt is None else self.max_bins
+    def _auto_grid(self) -> bool:
+        return self._interval_opt is None and not self._bins_explicit
+
+    @contextlib.contextmanager
+    def _clock(self):
+        """Run the enclosed query (or build) under the time budget (nested calls share the
+        outermost deadline)."""
+        if self.__dict__.get("_deadline") is not None or self.time_budget is None:
+            yield
+            return
+        self._deadline = time.perf_counter() + self.time_budget
+        try:
+            yield
+        finally:
+            self._deadline = None
+
+    def _limited(self, stacklevel: int = 4) -> None:
+        """Flag the answers as accuracy-limited (a warning the first time)."""
+        if not self.accuracy_limited:
+            warnings.warn(f"pldlib: the automatic accuracy does not fit the memory budget of "
+                          f"{self.memory_budget:,} bytes or the time budget of {self.time_budget} s; "
+                          "answering with a coarser certified grid (wider intervals)",
+                          AccuracyLimitedWarning, stacklevel=stacklevel)
+        self.accuracy_limited = True
+
+    def _bins(self, memory_only: bool = False) -> int:
+        """The FFT length cap of compositions: ``max_bins``, or for an automatic grid the memory
+        budget's, and under a query's clock also the points the time left pays for (at the
+        measured cost per point, :data:`RATE_PRIOR` before any composition)."""
+        if self._interval_opt is not None:
+            return self.max_bins
+        cap = self.__dict__.get("_auto_bins", self.max_bins)
+        deadline = self.__dict__.get("_deadline")
+        if memory_only or deadline is None or self._bins_explicit:
+            return cap
+        rate = max(self.__dict__.get("_rate", RATE_PRIOR), 0.25 * RATE_PRIOR)
+        left = deadline - time.perf_counter()
+        return int(min(cap, max(left / (TIME_SAFETY * rate), TIME_MIN_BINS)))
 
     def _auto(self, fn, *args):
         """``fn(*args)``; with an automatic grid, a composition that does not fit the budget
@@ -1049,7 +1165,7 @@ class PLDAccountant(Accountant):
                 self._coarsen(_coarsen_factor(e))
         # no grid fits the budget at any spacing (e.g. 10^8 steps of a two-atom pair: the
         # composed support alone exceeds it): the trivial certified interval, flagged
-        warnings.warn("pldlib: no grid within the memory budget resolves this composition; answering with "
+        warnings.warn("pldlib: no grid within the memory and time budgets resolves this composition; answering with "
                       "the trivial certified interval", AccuracyLimitedWarning, stacklevel=4)
         self.accuracy_limited = True
         x = np.asarray(args[0], dtype=float)

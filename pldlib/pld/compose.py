@@ -645,7 +645,8 @@ def compose(
     alias_tol: float = DEFAULT_ALIAS_TOL,
     max_bins: int = DEFAULT_MAX_BINS,
     cut_scale: float | None = None,
-) -> Composition:
+    dry_run: bool = False,
+) -> Composition | None:
     """Compose sum_m counts[m] copies of each PLD; certified upper and lower curves.
 
     Parameters
@@ -662,6 +663,8 @@ def compose(
         (docs/MATH.md 4.3), which keeps windows small when a far tail of negligible mass would
         dominate the tilted law.  None: no cut.  Tilts for such a composition should be
         computed with the same ``cut_scale`` (:func:`solve_tilt`, :func:`estimate_tilt`).
+    dry_run : only lay out the window: raise what composing would raise for its size
+        (:class:`GridTooLargeError`, ``UntiltError``) and return None, without any FFT.
 
     Returns
     -------
@@ -718,6 +721,8 @@ def compose(
     if theta * span > 1.01 * MAX_TILT_EXPONENT:
         raise UntiltError(f"theta={theta:.3g} is too large for float-accurate untilting over eps up to {span:.3g} "
                           f"(floor: theta * |eps| <= {MAX_TILT_EXPONENT:.3g})")
+    if dry_run:
+        return None
     N = sfft.next_fast_len(need, real=True)
     # upper side
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)

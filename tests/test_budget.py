@@ -1,0 +1,101 @@
+"""Issue 22: answers that need no grid, and the automatic grid's time budget."""
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import pldlib
+from pldlib import events as E
+
+
+def _certain_inf_mass(delta0, k):
+    # 1 - (1 - delta0)^k exactly (rational arithmetic), independent of pldlib.exact
+    return 1 - (1 - Fraction(delta0)) ** k
+
+
+@pytest.mark.parametrize("relation", ["add", "remove", "add_remove", "substitution"])
+def test_delta_below_the_certain_infinite_mass_is_infinite_without_a_grid(relation):
+    # an (0, delta0)-DP step puts P-mass delta0 where Q has none: delta(eps) >= 1 - (1 - delta0)^k
+    # for every finite eps, so eps(delta) = +inf exactly for smaller delta, whatever else is composed
+    # (here 5.8e8 steps of a subsampled Gaussian whose grid alone took 23 s before)
+    acc = pldlib.PLDAccountant(relation)
+    scheme = "wor" if relation in ("add_remove", "substitution") else "poisson"
+    acc.compose(E.Sampled(E.GaussianEvent(17.6), 0.0134, scheme), 579_574_043)
+    acc.compose(E.ApproxDPEvent(0.0, 2.72e-7), 35)
+    D = _certain_inf_mass(2.72e-7, 35)
+    t0 = time.perf_counter()
+    r = acc.epsilon(np.array([3.96e-30, float(D) * 0.999]))
+    assert time.perf_counter() - t0 < 2.0
+    assert np.all(r.lower == np.inf) and np.all(r.upper == np.inf)
+    assert not acc._built  # answered without discretising anything
+
+
+def test_certain_infinite_mass_agrees_with_the_grid_path():
+    # the shortcut is only taken when the grid path would answer +inf as well
+    acc = pldlib.PLDAccountant("add_remove").compose(E.ApproxDPEvent(0.0, 1e-3), 10)
+    acc.compose(E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10)
+    D = float(_certain_inf_mass(1e-3, 10))
+    fast = acc.epsilon(D * 0.9)
+    built = pldlib.PLDAccountant("add_remove").compose(E.ApproxDPEvent(0.0, 1e-3), 10)
+    built.compose(E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10)
+    built._ensure_built()
+    slow = built.epsilon(D * 0.9)
+    assert fast == slow == (np.inf, np.inf)
+    above = acc.epsilon(D * 1.1)  # above the mass: a finite answer from the grid
+    assert np.isfinite(above.upper) and acc._built
+
+
+# -- the time budget of the automatic grid -------------------------------------------------
+from pldlib.pld import accountant as A  # noqa: E402
+from pldlib.pld.accountant import AccuracyLimitedWarning  # noqa: E402
+from pldlib.testing.truth import delta_gaussian  # noqa: E402
+
+HEADLINE = dict(sigma=1.0, q=0.01, steps=10_000)
+
+
+def _remove_accountant(**opts):
+    return pldlib.PLDAccountant("remove", **opts).compose(E.Sampled(E.GaussianEvent(HEADLINE["sigma"]),
+                                                                    HEADLINE["q"], "poisson"), HEADLINE["steps"])
+
+
+def test_a_budget_too_small_for_the_grid_coarsens_it_and_stays_certified(monkeypatch):
+    # the automatic grid of the headline (remove) composes ~24-34k FFT points; with a budget
+    # of 1 ms only compositions of TIME_MIN_BINS points run (lowered here to 4096 so that the
+    # cap binds on a cheap case): the grid is coarsened, flagged, and the answer still
+    # brackets the 30-digit contour-integral truth
+    eps = 2.0
+    truth = float(delta_gaussian(eps, HEADLINE["sigma"], HEADLINE["steps"], HEADLINE["q"], "remove"))
+    fine = _remove_accountant()
+    d_fine = fine.delta(eps)
+    assert not fine.accuracy_limited
+    monkeypatch.setattr(A, "TIME_MIN_BINS", 4096)
+    tight = _remove_accountant(time_budget=1e-3)
+    with pytest.warns(AccuracyLimitedWarning, match="time budget"):
+        d = tight.delta(eps)
+    assert tight.accuracy_limited and tight.interval > fine.interval
+    assert d.lower <= truth <= d.upper
+    assert d_fine.lower <= truth <= d_fine.upper
+    assert d.upper - d.lower >= d_fine.upper - d_fine.lower  # coarser, never claims more
+    for st in tight._branches:
+        assert all(c.n_bins <= 4096 for c in st.cache.values())
+
+
+def test_the_budget_never_touches_an_explicit_interval():
+    a = pldlib.PLDAccountant("remove", interval=2e-4).compose(
+        E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10_000)
+    b = pldlib.PLDAccountant("remove", interval=2e-4, time_budget=1e-3).compose(
+        E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10_000)
+    assert a.epsilon(1e-5) == b.epsilon(1e-5)
+    assert not b.accuracy_limited and b.interval == 2e-4
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "10"])
+def test_time_budget_is_validated(bad):
+    with pytest.raises((ValueError, TypeError), match="time_budget"):
+        pldlib.PLDAccountant("remove", time_budget=bad)
+
+
+def test_no_time_budget_is_allowed():
+    acc = _remove_accountant(time_budget=None)
+    assert acc.epsilon(1e-5).upper == _remove_accountant().epsilon(1e-5).upper
