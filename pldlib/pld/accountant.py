@@ -624,12 +624,15 @@ class PLDAccountant(Accountant):
             self.max_bins = budget_bins
             try:
                 self._build_grid(t0, None)
+                last = None
                 for _ in range(MAX_COARSEN):
                     try:
                         self._fits()  # the window of a typical query must fit the memory budget
                         break
                     except MemoryError as e:
-                        factor = _coarsen_factor(e)
+                        if self._futile(e, last):
+                            break  # (the queries answer the trivial interval, see _auto)
+                        last, factor = e, _coarsen_factor(e)
                     except (ArithmeticError, ValueError):
                         break
                     self._coarsen(factor)
@@ -1129,6 +1132,17 @@ class PLDAccountant(Accountant):
         finally:
             self._deadline = None
 
+    def _futile(self, err, last) -> bool:
+        """Whether coarsening again is pointless: the composition refused now (``err``) needs
+        more than 0.7x the points of the one refused before the last coarsening (``last``; the
+        composed support of many steps of a few atoms does not shrink with h), or the time
+        budget is overrun by half of itself (each coarsening re-discretises)."""
+        need, before = getattr(err, "need", None), getattr(last, "need", None)
+        if need is not None and before is not None and need > 0.7 * before:
+            return True
+        deadline = self.__dict__.get("_deadline")
+        return deadline is not None and time.perf_counter() > deadline + 0.5 * self.time_budget
+
     def _limited(self, stacklevel: int = 4) -> None:
         """Flag the answers as accuracy-limited (a warning the first time)."""
         if not self.accuracy_limited:
@@ -1155,6 +1169,7 @@ class PLDAccountant(Accountant):
     def _auto(self, fn, *args):
         """``fn(*args)``; with an automatic grid, a composition that does not fit the budget
         coarsens the grid (flagged) and retries."""
+        last = None
         for _ in range(MAX_COARSEN):
             try:
                 return fn(*args)
@@ -1162,6 +1177,9 @@ class PLDAccountant(Accountant):
                 if self._interval_opt is not None or self._bins_explicit or \
                         (not isinstance(e, GridTooLargeError) and self.interval <= 0):
                     raise
+                if self._futile(e, last):
+                    break
+                last = e
                 self._coarsen(_coarsen_factor(e))
         # no grid fits the budget at any spacing (e.g. 10^8 steps of a two-atom pair: the
         # composed support alone exceeds it): the trivial certified interval, flagged
