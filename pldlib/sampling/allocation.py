@@ -4,20 +4,22 @@ the t = 1/q batches of an epoch (docs/MATH.md section 13).
 ``steps`` counts steps and must be a whole number of epochs of t = 1/q steps
 (:meth:`SamplingScheme.steps_multiple`, checked by every accountant's ``compose``).
 
-Gaussian noise only (sum query of sensitivity 1, noise sigma per step).  Per step:
+Gaussian noise only (sum query of sensitivity 1, noise sigma per step).
 
-| side  | profile per step                    | composed over E epochs (t E steps)        |
-|-------|-------------------------------------|-------------------------------------------|
-| upper | unsampled Gaussian, sigma sqrt(t)   | Gaussian at sigma / sqrt(E): no amplification, certified |
-| lower | unsampled Gaussian, sigma t         | Gaussian at sigma sqrt(t / E): the exact law of the sum of the t noisy batch sums of each epoch, a post-processing, certified |
+| side  | random allocation                                        | shuffle                         |
+|-------|----------------------------------------------------------|---------------------------------|
+| upper | PLD accountant: the amplified per-epoch pair of :func:`allocation_epoch_profile` (add, remove, add_remove), composed once per epoch; other accountants and substitution: no amplification (unsampled Gaussian, sigma sqrt(t) per step) | no amplification |
+| lower | unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch: the exact law of the sum of the t noisy batch sums of an epoch (a post-processing) | the same |
 
-Both per-step profiles compose *exactly* to the per-epoch statements (Gaussian
-pairs compose by adding mu^2), which is why the per-step bounds are only valid at
-whole epochs.  The upper bound has no amplification; the honest range is wide.
+The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
+adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The amplified
+upper bound is a per-epoch pair: the PLD accountant composes it once per epoch
+(:meth:`RandomAllocation.epoch_branches`, :func:`pldlib.pld.schedule.epoch_components`).
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,15 +55,38 @@ class RandomAllocation(SamplingScheme):
         lo = unsampled_branches(E.GaussianEvent(s * t, event.sensitivity), relation)
         return [Branch(f"{u.label}", u.upper, l.lower) for u, l in zip(up, lo)]
 
+    def epoch_branches(self, event, q, relation):
+        """Per-epoch branches (one epoch = t steps) with the amplified upper pair of
+        :func:`allocation_epoch_profile` (remove; add: its reverse) and the epoch-sum lower pair
+        (unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
+        substitution, for a user-level step, or when the lattice would be too large
+        (:data:`MAX_LATTICE`)."""
+        t = epoch_length(q)
+        if relation == "substitution" or not isinstance(event, E.GaussianEvent):
+            return None
+        try:
+            prof = allocation_epoch_profile(event.sigma, t)
+        except LatticeTooLarge:
+            return None
+        lo = unsampled_branches(E.GaussianEvent(event.sigma * math.sqrt(t), event.sensitivity), "add_remove")[0].lower
+        rem = Branch("remove", prof, lo)
+        add = Branch("add", prof.reversed(), lo)
+        return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
+
 
 class Shuffle(RandomAllocation):
     """Fixed-size batches of a shuffled epoch.  Under add / remove the absent record's
     slot is left empty (the others keep their batches); substitution is the natural
-    relation.  Same certified range as random allocation: the upper bound uses only
-    "in exactly one batch per epoch", the lower bound only the sum over the epoch."""
+    relation.  Certified range: the upper bound without amplification (it uses only "in
+    exactly one batch per epoch"), the lower bound from the sum over the epoch."""
 
     name = "shuffle"
     summary = "fixed-size batches from a shuffled epoch (t = 1/q batches)"
+
+    def epoch_branches(self, event, q, relation):
+        """None: a shuffled epoch's batches are not independent given the record's batch, so the
+        random-allocation pair is not proven to dominate it; the per-step bounds are used."""
+        return None
 
 
 register(RandomAllocation())
@@ -151,3 +176,215 @@ def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relati
     the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
     the larger)."""
     return max_coordinate_accountant(sigma, t, epochs, relation).epsilon(delta).lower
+
+
+# -- the amplified per-epoch upper bound (docs/MATH.md 13.2) --------------------------------
+import functools  # noqa: E402
+
+from ..profiles.base import FiniteProfile  # noqa: E402
+
+_U = np.finfo(float).eps / 2
+#: relative accuracy assumed of scipy's ndtr (as pldlib.pld.discretize.SF_REL_ACCURACY)
+_NDTR_REL = 16 * _U
+#: largest lattice (points of one coordinate, or of an epoch sum) built before falling back
+#: to the unamplified bound
+MAX_LATTICE = 1 << 22
+#: lattice spacing of one coordinate, in standard deviations of its likelihood ratio
+SPACING = 0.02
+#: per-coordinate mass E[(Y - a_top)_+] sent to the +inf atom (the top of the lattice)
+TOP_TAIL = 1e-12
+#: partial sums are cut where their (significant) tail Q-mass and mean contribution fall below this
+CUT_TAIL = 1e-15
+
+
+class LatticeTooLarge(ValueError):
+    """The amplified epoch pair would need a lattice beyond :data:`MAX_LATTICE` points."""
+
+
+def _fft_eta(L: int) -> float:
+    """Relative l2 error of one real FFT of length L (a power of 2): Higham's bound
+    (Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 24.2) log2(L) eta with
+    eta = mu + gamma_4 (sqrt 2 + mu) < 7u for twiddle factors accurate to mu <= u, taken as
+    8u per level, with two extra levels for the real-to-complex packing."""
+    return 8 * _U * (math.log2(L) + 2)
+
+
+def coordinate_lattice(sigma: float, h: float, top_tail: float = TOP_TAIL):
+    """(beta, a_top_index, alpha): the pmf beta[k] = Q(Y' = k h), k = 0..K, of a lattice variable
+    Y' <=_icv Y, where Y = exp(Z/sigma - 1/(2 sigma^2)) (Z ~ N(0,1)) is the likelihood ratio of
+    one coordinate (N(1, s^2) against N(0, s^2)) under Q (docs/MATH.md 13.2).
+
+    Y' is the mean-preserving spread of Y onto the lattice below K h (beta = second differences
+    of M(a) = E[min(Y, a)]), and K h for Y > K h, where K is the first lattice index with
+    alpha = E[(Y - K h)_+] <= top_tail; then every mass is shrunk by a verified factor
+    (1 - lambda_0) (the freed mass goes to 0) so that E[min(Y', a_j)] <= E[min(Y, a_j)] holds at
+    every lattice point despite round-off, hence for every a (both sides are concave between
+    lattice points and the left one is linear there).  Raises :class:`LatticeTooLarge`."""
+    from scipy.special import ndtr
+
+    s = float(sigma)
+    c = 0.5 / s
+
+    def parts(a):
+        with np.errstate(divide="ignore"):
+            la = np.log(a)
+        # F(y) = Q(Y <= y) = Phi(s ln y + c); G(y) = E_Q[Y; Y <= y] = P(Y <= y) = Phi(s ln y - c)
+        return ndtr(s * la - c), ndtr(c - s * la), ndtr(s * la + c), ndtr(-c - s * la)
+
+    a = max(1.0, h)
+    while True:
+        G, Gb, F, Fb = parts(np.array([a]))
+        if Gb[0] - a * Fb[0] <= top_tail:
+            break
+        a *= 1.25
+        if a / h > MAX_LATTICE:
+            raise LatticeTooLarge(f"sigma={s:g}: one coordinate would need more than {MAX_LATTICE} lattice points")
+    K = max(2, int(math.ceil(a / h)))
+    ak = h * np.arange(K + 2)
+    G, Gb, F, Fb = parts(ak)
+    M = G + ak * Fb          # E[min(Y, a)], accurate where it is not close to 1
+    C = Gb - ak * Fb         # E[(Y - a)_+] = 1 - M, accurate in the upper tail
+    j = np.arange(1, K)
+    beta = np.empty(K + 1)
+    beta[1:K] = np.where(ak[j + 1] <= 1.0, (2 * M[j] - M[j - 1] - M[j + 1]) / h,
+                         (C[j - 1] + C[j + 1] - 2 * C[j]) / h)
+    beta[K] = (C[K - 1] - C[K]) / h
+    np.maximum(beta, 0.0, out=beta)
+    beta[0] = 0.0
+    beta[0] = max(0.0, 1.0 - beta.sum())
+    alpha = float(C[K])
+    # verification at the lattice points: lhs_j = E[min(Y', a_j)] against a lower bound on
+    # M(a_j) (relative accuracy of ndtr); the cumulative sums carry at most (K + 2) u relative error
+    ak = ak[:K + 1]
+    tail = np.cumsum(beta[::-1])[::-1]
+    head = np.concatenate([[0.0], np.cumsum(ak * beta)[:-1]])
+    lhs = head + ak * tail
+    m_lo = M[:K + 1] * (1 - 2 * _NDTR_REL - 4 * _U)  # M = G + a Fbar: two terms >= 0, each to _NDTR_REL
+    with np.errstate(divide="ignore", invalid="ignore"):
+        viol = np.where(lhs > 0, np.maximum(lhs - m_lo, 0.0) / lhs, 0.0)
+    lam0 = float(viol.max()) + 4 * (K + 2) * _U
+    if not lam0 < 1e-6:
+        raise ArithmeticError(f"random allocation lattice: the verification failed (lambda_0 = {lam0:.3g})")
+    beta *= 1.0 - lam0
+    beta[0] += max(0.0, 1.0 - beta.sum())
+    return beta, K, alpha, lam0
+
+
+def _convolve(a, ea, b, eb, terms, h):
+    """(c, ec): a * b by FFT at a power-of-2 length >= len(a) + len(b) - 1 (no wrap-around),
+    negatives clipped, cut above the significant tail; ec bounds ||c - (a_exact * b_exact)
+    restricted to the kept indices||_2 given ||a - a_exact||_2 <= ea, ||b - b_exact||_2 <= eb
+    (docs/MATH.md 13.2)."""
+    from numpy.fft import irfft, rfft
+
+    n = len(a) + len(b) - 1
+    L = 1 << (n - 1).bit_length()
+    if L > 4 * MAX_LATTICE:
+        raise LatticeTooLarge(f"an epoch sum would need an FFT of {L} points")
+    full = irfft(rfft(a, L) * rfft(b, L), L)
+    c = full[:n]
+    noise = float(np.abs(full[n:]).max()) if L > n else _U * float(np.abs(c).max())
+    l1a, l1b = float(a.sum()) + math.sqrt(len(a)) * ea, float(b.sum()) + math.sqrt(len(b)) * eb
+    l2a, l2b = float(np.sqrt((a * a).sum())) + ea, float(np.sqrt((b * b).sum())) + eb
+    et = _fft_eta(L)
+    # inputs' errors (Young: ||x * y||_2 <= ||x||_2 ||y||_1), the two forward transforms, the
+    # pointwise product (complex multiplication: < 4u), then the inverse transform
+    err = ea * l1b + eb * l1a + ea * eb + et * (l2a * l1b + l1a * l2b) + 4 * _U * l1a * l2b
+    np.maximum(c, 0.0, out=c)  # the exact values are >= 0: clipping only moves closer
+    err += et * (float(np.sqrt((c * c).sum())) + err)
+    err *= 1.0 + 8.0 * et      # second-order terms
+    # the cut is free for soundness (dropping mass is icv-decreasing, +inf takes the
+    # complement); entries at the FFT noise level are ignored when placing it
+    sig = np.where(c > 4.0 * noise, c, 0.0)
+    tq = np.cumsum(sig[::-1])[::-1]
+    tp = np.cumsum((np.arange(n) * sig)[::-1])[::-1] * (h / terms)
+    ok = (tq <= CUT_TAIL) & (tp <= CUT_TAIL)
+    cut = max(int(np.argmax(ok)) if ok.any() else n, 1)
+    return c[:cut].copy(), err
+
+
+class AllocationEpochPair(NamedTuple):
+    """The amplified per-epoch pair and its certificate numbers (docs/MATH.md 13.2)."""
+
+    profile: FiniteProfile
+    sigma: float
+    t: int
+    h: float          # lattice spacing of one coordinate's likelihood ratio
+    alpha: float      # per-coordinate mass sent to +inf at the top of the lattice
+    lambda0: float    # verified shrink factor of one coordinate's pmf
+    l2_error: float   # bound on the l2 round-off of the epoch-sum pmf
+    lam: float        # shrink factor covering that round-off
+    points: int       # atoms of the epoch pair
+    seconds: float
+
+
+@functools.lru_cache(maxsize=16)
+def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> AllocationEpochPair:
+    """The certified amplified upper pair of one epoch of random allocation (remove direction;
+    its reverse dominates the add direction), docs/MATH.md 13.2.
+
+    Q-law of the epoch likelihood ratio S' = (Y'_1 + ... + Y'_t)/t on the lattice (h/t) N, with
+    Y'_j iid :func:`coordinate_lattice` variables, computed by binary powering with FFT
+    convolutions (no wrap-around, l2 round-off tracked), masses shrunk by (1 - lambda) to cover
+    the round-off; P = S' Q on the atoms and P(+inf) = 1 - E[S'].  Proven:
+    E[min(S', g)] <= E[min(S, g)] for all g >= 0, i.e. the pair dominates the true epoch pair
+    in both directions.  Raises :class:`LatticeTooLarge` beyond :data:`MAX_LATTICE` points."""
+    import time
+
+    t0 = time.perf_counter()
+    from .. import _validate as V
+
+    s = V.positive_finite("sigma", sigma)
+    t = int(t)
+    if t < 2:
+        raise ValueError(f"t: random allocation needs t >= 2 steps per epoch, got {t}")
+    spacing = V.positive_finite("spacing", spacing)
+    h = spacing * math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
+    if not math.isfinite(h) or h <= 0:
+        raise LatticeTooLarge(f"sigma={s:g}: the likelihood ratio's spread overflows")
+    beta, K, alpha, lam0 = coordinate_lattice(s, h)
+    # binary powering: res = sum of `rm` coordinates, base = sum of `bm` coordinates
+    res, re, rm = None, 0.0, 0
+    base, be, bm = beta, 0.0, 1
+    e = t
+    while e:
+        if e & 1:
+            if res is None:
+                res, re, rm = base, be, bm
+            else:
+                res, re = _convolve(res, re, base, be, rm + bm, h)
+                rm += bm
+        e >>= 1
+        if e:
+            base, be = _convolve(base, be, base, be, 2 * bm, h)
+            bm *= 2
+    q, e2 = res, re
+    sk = h * np.arange(len(q)) / t
+    # final cut: dropped mass (to the complements) against the round-off allowance ~ e2 ||s||_2
+    tp = np.cumsum((sk * q)[::-1])[::-1]
+    tq = np.cumsum(q[::-1])[::-1]
+    s2 = np.concatenate([[0.0], np.cumsum(sk * sk)[:-1]])
+    j = max(int(np.argmin(tp + tq + e2 * np.sqrt(s2))), 3)
+    q, sk = q[:j], sk[:j]
+    n = len(q)
+    # lambda >= sup_g ||min(s, g)||_2 e2 / sum_k min(s_k, g) q_k: both increasing in g, so on
+    # (s_i, s_{i+1}] the ratio is at most num(i+1) / den(i); on (0, s_1] it is constant
+    qt = np.cumsum(q[::-1])[::-1]
+    sq = np.concatenate([[0.0], np.cumsum(sk * q)[:-1]])
+    den = (sq + sk * qt) * (1 - 4 * (n + 2) * _U)
+    num = np.sqrt(s2[:n] + sk * sk * (n - np.arange(n))) * (1 + 4 * (n + 2) * _U)
+    ratio = np.concatenate([[num[1] / den[1]], num[2:] / np.maximum(den[1:-1], 1e-300)])
+    lam = e2 * float(ratio.max()) + 64 * _U
+    if not lam < 1e-4:
+        raise ArithmeticError(f"random allocation epoch pair: round-off allowance {lam:.3g} too large")
+    w = q[1:] * (1.0 - lam)
+    p = sk[1:] * w
+    keep = p > 0
+    p_inf = max(0.0, 1.0 - float(p[keep].sum()))
+    prof = FiniteProfile(np.log(sk[1:][keep]), p[keep], p_inf)
+    return AllocationEpochPair(prof, s, t, h, alpha, lam0, e2, lam, int(keep.sum()), time.perf_counter() - t0)
+
+
+def allocation_epoch_profile(sigma: float, t: int) -> FiniteProfile:
+    """The profile (remove direction) of :func:`allocation_epoch_pair`."""
+    return allocation_epoch_pair(float(sigma), int(t)).profile
