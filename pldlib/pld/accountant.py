@@ -202,6 +202,8 @@ def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAU
             stats = _step_stats(one.components, per_comp)
             ef = _edge_factor(kw.get("discretisation", "connect_the_dots"))
             rule = {k: _rule_interval(stats, [k], edge_factor=ef)[0] for k in distinct}
+            if any(_per_epoch(s) for s, _ in one.components):
+                rule = {}  # per-epoch pairs (random allocation): each steps value built on its own
         except Exception:
             if errors == "raise":
                 raise
@@ -233,6 +235,17 @@ def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAU
     for i, k in enumerate(ks):
         out[i] = built[k]
     return out
+
+
+def _per_epoch(step) -> bool:
+    """Whether ``step`` belongs to a scheme accounted per epoch (its steps are composed as
+    :class:`~pldlib.pld.schedule.EpochStep` s, so per-step statistics do not describe them)."""
+    ev = step.event
+    if not (isinstance(ev, E.Sampled) and ev.q < 1.0):
+        return False
+    from ..sampling.base import get_scheme
+
+    return get_scheme(ev.scheme).steps_multiple(ev.q) > 1
 
 
 class _Discretised:
