@@ -191,8 +191,9 @@ _NDTR_REL = 16 * _U
 MAX_LATTICE = 1 << 22
 #: lattice spacing of one coordinate, in standard deviations of its likelihood ratio
 SPACING = 0.02
-#: per-coordinate mass E[(Y - a_top)_+] sent to the +inf atom (the top of the lattice)
-TOP_TAIL = 1e-12
+#: per-coordinate mass E[(Y - a_top)_+] sent to the +inf atom (the top of the lattice): the first
+#: of these whose lattice fits (a larger one only adds to P(+inf) per epoch)
+TOP_TAILS = (1e-12, 1e-10)
 #: partial sums are cut where their (significant) tail Q-mass and mean contribution fall below this
 CUT_TAIL = 1e-15
 
@@ -209,7 +210,7 @@ def _fft_eta(L: int) -> float:
     return 8 * _U * (math.log2(L) + 2)
 
 
-def coordinate_lattice(sigma: float, h: float, top_tail: float = TOP_TAIL):
+def coordinate_lattice(sigma: float, h: float, top_tail: float = TOP_TAILS[0]):
     """(beta, a_top_index, alpha): the pmf beta[k] = Q(Y' = k h), k = 0..K, of a lattice variable
     Y' <=_icv Y, where Y = exp(Z/sigma - 1/(2 sigma^2)) (Z ~ N(0,1)) is the likelihood ratio of
     one coordinate (N(1, s^2) against N(0, s^2)) under Q (docs/MATH.md 13.2).
@@ -279,7 +280,7 @@ def _convolve(a, ea, b, eb, terms, h):
 
     n = len(a) + len(b) - 1
     L = 1 << (n - 1).bit_length()
-    if L > 4 * MAX_LATTICE:
+    if L > 2 * MAX_LATTICE:
         raise LatticeTooLarge(f"an epoch sum would need an FFT of {L} points")
     full = irfft(rfft(a, L) * rfft(b, L), L)
     c = full[:n]
@@ -342,7 +343,13 @@ def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> All
     h = spacing * math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
     if not math.isfinite(h) or h <= 0:
         raise LatticeTooLarge(f"sigma={s:g}: the likelihood ratio's spread overflows")
-    beta, K, alpha, lam0 = coordinate_lattice(s, h)
+    for i, top in enumerate(TOP_TAILS):
+        try:
+            beta, K, alpha, lam0 = coordinate_lattice(s, h, top)
+            break
+        except LatticeTooLarge:
+            if i == len(TOP_TAILS) - 1:
+                raise
     # binary powering: res = sum of `rm` coordinates, base = sum of `bm` coordinates
     res, re, rm = None, 0.0, 0
     base, be, bm = beta, 0.0, 1
