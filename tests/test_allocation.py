@@ -286,3 +286,22 @@ def test_epoch_pair_fallback_and_bad_input():
         allocation_epoch_pair(-1.0, 4)
     with pytest.raises(ValueError, match="t"):
         allocation_epoch_pair(1.0, 1)
+
+
+def test_second_top_tail_sound_against_monte_carlo():
+    """sigma 0.6: the 1e-12 lattice top would exceed the lattice limit, so the coordinate's top
+    tail is 1e-10 (more mass at +inf); the bound stays above the Monte Carlo estimate minus 5
+    standard errors and within 5 standard errors + 2e-3 of it (one epoch, t = 4)."""
+    from pldlib.sampling.allocation import allocation_epoch_pair
+    from pldlib.testing.montecarlo import allocation_delta
+
+    pair = allocation_epoch_pair(0.6, 4)
+    assert 1e-12 < pair.alpha <= 1e-10 and pair.profile.p_inf >= pair.alpha
+    eps = [0.5, 1.5, 3.0]
+    mc = allocation_delta(0.6, 4, 1, eps, n_samples=2_000_000, seed=606)
+    up = pldlib.account(pldlib.Gaussian(sigma=0.6, q=0.25, sampling="random_allocation"), steps=4).delta(eps).upper
+    for j in range(3):
+        for est, se in ((mc.remove[j], mc.se_remove[j]), (mc.add[j], mc.se_add[j])):
+            assert est - 5 * se <= up[j]
+        est = max(mc.remove[j], mc.add[j])
+        assert up[j] <= est + 5 * max(mc.se_remove[j], mc.se_add[j]) + 2e-3, (eps[j], up[j], est)
