@@ -57,8 +57,9 @@ class RandomAllocation(SamplingScheme):
 
     def epoch_branches(self, event, q, relation):
         """Per-epoch branches (one epoch = t steps) with the amplified upper pair of
-        :func:`allocation_epoch_profile` (remove; add: its reverse) and the epoch-sum lower pair
-        (unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
+        :func:`allocation_epoch_profile` (remove; add: its reverse) and the dominated lower pair of
+        :func:`allocation_epoch_lower_pair` (or, where its FFT does not fit, the epoch-sum lower pair:
+        unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
         substitution, for a user-level step, or when the lattice would be too large
         (:data:`MAX_LATTICE`)."""
         t = epoch_length(q)
@@ -68,9 +69,14 @@ class RandomAllocation(SamplingScheme):
             prof = allocation_epoch_profile(event.sigma, t)
         except LatticeTooLarge:
             return None
-        lo = unsampled_branches(E.GaussianEvent(event.sigma * math.sqrt(t), event.sensitivity), "add_remove")[0].lower
-        rem = Branch("remove", prof, lo)
-        add = Branch("add", prof.reversed(), lo)
+        try:
+            lo_rem = allocation_epoch_lower_pair(event.sigma, t).profile
+            lo_add = lo_rem.reversed()
+        except LatticeTooLarge:  # the epoch-sum lower bound (13)
+            lo_rem = lo_add = unsampled_branches(E.GaussianEvent(event.sigma * math.sqrt(t), event.sensitivity),
+                                                 "add_remove")[0].lower
+        rem = Branch("remove", prof, lo_rem)
+        add = Branch("add", prof.reversed(), lo_add)
         return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
 
 
@@ -395,3 +401,145 @@ def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> All
 def allocation_epoch_profile(sigma: float, t: int) -> FiniteProfile:
     """The profile (remove direction) of :func:`allocation_epoch_pair`."""
     return allocation_epoch_pair(float(sigma), int(t)).profile
+
+
+# -- the certified lower pair: quantise each coordinate, add the cell indices (MATH 13.3) -------
+#: lattice spacings tried for the lower pair (in sd(Y)), finest first, until the FFT fits
+LOWER_SPACINGS = (0.02, 0.05, 0.1)
+#: the top cell [a_K, inf) of a coordinate starts where its P-tail mass falls below this
+LOWER_TOP = 1e-10
+#: largest FFT length of the lower pair (one real array of this length is 64 MiB)
+MAX_LOWER_FFT = 1 << 23
+
+
+def coordinate_cells(sigma: float, h: float, K: int):
+    """(m, p, e_m, e_p): the Q- and P-masses of the cells [k h, (k+1) h), k < K, and [K h, inf) of one
+    coordinate's likelihood ratio Y (Q: N(0, s^2), P: N(1, s^2); F = Q-cdf of Y, G = P-cdf of Y), with
+    l2 bounds on their evaluation errors (ndtr to 16u relative; each mass differenced from the
+    cdf or the sf, whichever is below 1/2)."""
+    from scipy.special import ndtr
+
+    s = float(sigma)
+    c = 0.5 / s
+    a = h * np.arange(K + 1)
+    with np.errstate(divide="ignore"):
+        la = np.log(a)
+    zF, zG = s * la + c, s * la - c
+
+    def masses(z):
+        cdf, sf = ndtr(z), ndtr(-z)
+        use_sf = sf[:-1] < 0.5
+        d = np.where(use_sf, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1])
+        mag = np.where(use_sf, sf[:-1] + sf[1:], cdf[:-1] + cdf[1:])
+        out = np.append(np.maximum(d, 0.0), sf[-1])
+        err = np.append((_NDTR_REL + 2 * _U) * mag, (_NDTR_REL + _U) * sf[-1])
+        return out, float(np.sqrt((err * err).sum()))
+
+    m, em = masses(zF)
+    p, ep = masses(zG)
+    return m, p, em, ep
+
+
+def _complex_power(z, k: int):
+    """z**k by binary powering (relative error of each entry <= 8 k u for k >= 1)."""
+    r, b = None, z
+    while k:
+        if k & 1:
+            r = b.copy() if r is None else r * b
+        k >>= 1
+        if k:
+            b = b * b
+    return r
+
+
+class AllocationLowerPair(NamedTuple):
+    """The certified lower (dominated) per-epoch pair and its numbers (docs/MATH.md 13.3)."""
+
+    profile: FiniteProfile
+    sigma: float
+    t: int
+    h: float          # cell width of one coordinate's likelihood ratio
+    cells: int        # cells per coordinate (the last one [K h, inf))
+    fft: int          # FFT length
+    err_p: float      # l-infinity bounds on the computed pmfs of the index sum N under P, Q
+    err_q: float
+    blank: float      # mass sent to the likelihood-ratio-1 atom (uncertain atoms, totals)
+    seconds: float
+
+
+@functools.lru_cache(maxsize=8)
+def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
+    """A pair **dominated by** one epoch of random allocation (remove direction; its reverse is
+    dominated by the add direction), docs/MATH.md 13.3: quantise each noisy batch sum into the
+    cells of its likelihood ratio and release only N = the sum of the t cell indices (a
+    post-processing), so Q_N = m^{*t} and P_N = p * m^{*(t-1)}; computed by one FFT of length
+    >= t K + 1 (no wrap-around) with l2 error bounds, then every atom is moved to the certain side
+    (its likelihood ratio only towards 1, its masses only down) and the rest goes to one atom of
+    likelihood ratio 1.  Raises :class:`LatticeTooLarge` if no spacing of
+    :data:`LOWER_SPACINGS` fits :data:`MAX_LOWER_FFT`."""
+    import time
+
+    from numpy.fft import irfft, rfft
+    from scipy.special import ndtri
+
+    from .. import _validate as V
+
+    t0 = time.perf_counter()
+    s = V.positive_finite("sigma", sigma)
+    t = int(t)
+    if t < 2:
+        raise ValueError(f"t: random allocation needs t >= 2 steps per epoch, got {t}")
+    sd = math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
+    # top cell: P(Y > a_K) = Phi(1/(2s) - s ln a_K) <= LOWER_TOP
+    a_top = math.exp((-float(ndtri(LOWER_TOP)) + 0.5 / s) / s)
+    for spacing in LOWER_SPACINGS:
+        h = spacing * sd
+        K = max(2, int(math.ceil(a_top / h)))
+        n = t * K + 1
+        L = 1 << (n - 1).bit_length()
+        if L <= MAX_LOWER_FFT:
+            break
+    else:
+        raise LatticeTooLarge(f"sigma={s:g}, t={t}: the lower pair would need an FFT beyond {MAX_LOWER_FFT} points")
+    m, p, em, ep = coordinate_cells(s, h, K)
+    eta = _fft_eta(L)
+    M, Pf = rfft(m, L), rfft(p, L)
+    Mk = _complex_power(M, t - 1)
+    Qn = irfft(Mk * M, L)[:n]
+    Pn = irfft(Mk * Pf, L)[:n]
+    # l2 error bounds (docs/MATH.md 13.3): the full spectra's errors (Parseval), |M|, |P| <= 1 for
+    # the exact pmfs, the powers' propagation and rounding, then the inverse transform
+    sq = math.sqrt(L)
+    dM = sq * (eta * float(np.sqrt((m * m).sum())) + em)
+    dP = sq * (eta * float(np.sqrt((p * p).sum())) + ep)
+    bnd = (1.0 + dM + dP) ** t
+    fq = t * dM * bnd + 8 * t * _U * bnd * sq
+    fp = ((t - 1) * dM + dP) * bnd + 8 * t * _U * bnd * sq
+    err_q = (fq / sq + eta * (float(np.sqrt((Qn * Qn).sum())) + fq / sq)) * (1 + 8 * eta)
+    err_p = (fp / sq + eta * (float(np.sqrt((Pn * Pn).sum())) + fp / sq)) * (1 + 8 * eta)
+    p_lo, p_hi, q_lo, q_hi = Pn - err_p, Pn + err_p, Qn - err_q, Qn + err_q
+    ok = (p_lo > 0) & (q_lo > 0)
+    A = ok & (p_lo >= q_hi)                # likelihood ratio certainly >= 1
+    B = ok & (q_lo >= p_hi) & ~A           # certainly <= 1
+    P2, Q2 = np.zeros(n), np.zeros(n)
+    Q2[A] = q_lo[A]
+    P2[A] = p_lo[A] * (q_lo[A] / q_hi[A])  # ratio p_lo / q_hi <= the true one, >= 1
+    P2[B] = p_lo[B]
+    Q2[B] = q_lo[B] * (p_lo[B] / p_hi[B])  # inverse ratio q_lo / p_hi <= the true one, >= 1
+    TP, TQ = float(P2.sum()), float(Q2.sum())
+    if TP > TQ:  # equal totals: lower the excess of A-atoms (their ratios stay in [1, true])
+        ex = P2[A] - Q2[A]
+        P2[A] = Q2[A] + ex * (1.0 - (TP - TQ) / float(ex.sum()))
+    elif TQ > TP:
+        ex = Q2[B] - P2[B]
+        Q2[B] = P2[B] + ex * (1.0 - (TQ - TP) / float(ex.sum()))
+    keep = (P2 > 0) & (Q2 > 0)
+    lr = np.log(P2[keep]) - np.log(Q2[keep])
+    # the stored losses must not overstate |ln ratio| (their own rounding): pulled towards 0
+    margin = 4 * _U * (np.abs(np.log(P2[keep])) + np.abs(np.log(Q2[keep])) + 1.0)
+    losses = np.where(lr > 0, np.maximum(lr - margin, 0.0), np.minimum(lr + margin, 0.0))
+    pm = P2[keep]
+    # where a loss was pulled, its Q-mass p e^{-loss} moves towards p (the ratio towards 1)
+    blank = max(0.0, 1.0 - float(pm.sum()))
+    prof = FiniteProfile(np.append(losses, 0.0), np.append(pm, blank), 0.0)
+    return AllocationLowerPair(prof, s, t, h, K + 1, L, err_p, err_q, blank, time.perf_counter() - t0)
