@@ -8,12 +8,12 @@ Gaussian noise only (sum query of sensitivity 1, noise sigma per step).
 
 | side  | random allocation                                        | shuffle                         |
 |-------|----------------------------------------------------------|---------------------------------|
-| upper | PLD accountant: the amplified per-epoch pair of :func:`allocation_epoch_profile` (add, remove, add_remove), composed once per epoch; other accountants and substitution: no amplification (unsampled Gaussian, sigma sqrt(t) per step) | no amplification |
-| lower | unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch: the exact law of the sum of the t noisy batch sums of an epoch (a post-processing) | the same |
+| upper | PLD accountant (add, remove, add_remove): a lattice pair dominating one epoch (:func:`allocation_epoch_pair`, MATH 13.2), composed once per epoch; other accountants, substitution, or a lattice too large: no amplification (unsampled Gaussian, sigma sqrt(t) per step) | no amplification |
+| lower | PLD accountant: a lattice pair dominated by one epoch (:func:`allocation_epoch_lower_pair`, MATH 13.3); otherwise: unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch, the exact law of the sum of the t noisy batch sums (a post-processing) | the epoch sum |
 
 The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
-adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The amplified
-upper bound is a per-epoch pair: the PLD accountant composes it once per epoch
+adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The lattice
+pairs are per-epoch pairs: the PLD accountant composes them once per epoch
 (:meth:`RandomAllocation.epoch_branches`, :func:`pldlib.pld.schedule.epoch_components`).
 """
 from __future__ import annotations
