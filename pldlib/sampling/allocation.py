@@ -300,8 +300,9 @@ def _convolve(a, ea, b, eb, terms, h):
     np.maximum(c, 0.0, out=c)  # the exact values are >= 0: clipping only moves closer
     err += et * (float(np.sqrt((c * c).sum())) + err)
     err *= 1.0 + 8.0 * et      # second-order terms
-    # the cut is free for soundness (dropping mass is icv-decreasing, +inf takes the
-    # complement); entries at the FFT noise level are ignored when placing it
+    # the cut is free for soundness (dropping mass of a partial sum lowers every mass of the final
+    # law, convolution being monotone; +inf takes the complement); entries at the FFT noise level
+    # are ignored when placing it
     sig = np.where(c > 4.0 * noise, c, 0.0)
     tq = np.cumsum(sig[::-1])[::-1]
     tp = np.cumsum((np.arange(n) * sig)[::-1])[::-1] * (h / terms)
