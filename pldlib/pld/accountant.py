@@ -27,7 +27,7 @@ from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
 from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
                             branch_labels, components_of)
-from .schedule import GROUP_RATIO, GroupedStep, group_schedule
+from .schedule import GROUP_RATIO, EpochStep, GroupedStep, epoch_components, group_schedule
 from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt, solve_tilt
 from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
 
@@ -224,6 +224,8 @@ def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAU
             stats = _step_stats(one.components, per_comp)
             ef = _edge_factor(kw.get("discretisation", "connect_the_dots"))
             rule = {k: _rule_interval(stats, [k], edge_factor=ef)[0] for k in distinct}
+            if any(_per_epoch(s) for s, _ in one.components):
+                rule = {}  # per-epoch pairs (random allocation): each steps value built on its own
         except Exception:
             if errors == "raise":
                 raise
@@ -255,6 +257,17 @@ def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAU
     for i, k in enumerate(ks):
         out[i] = built[k]
     return out
+
+
+def _per_epoch(step) -> bool:
+    """Whether ``step`` belongs to a scheme accounted per epoch (its steps are composed as
+    :class:`~pldlib.pld.schedule.EpochStep` s, so per-step statistics do not describe them)."""
+    ev = step.event
+    if not (isinstance(ev, E.Sampled) and ev.q < 1.0):
+        return False
+    from ..sampling.base import get_scheme
+
+    return get_scheme(ev.scheme).steps_multiple(ev.q) > 1
 
 
 class _Discretised:
@@ -567,6 +580,7 @@ class PLDAccountant(Accountant):
         self._exact = None
         rest = {id(e) for e, _ in sp.rest}
         eff = [(s, k) for s, k in self._steps if id(s.event) in rest]
+        eff = epoch_components(eff)  # random allocation: one amplified pair per epoch (MATH 13.2)
         eff = group_schedule(eff, self.relation)  # long schedules: certified grouping (MATH 5.8)
         # the combined Gaussian: pair(event, c) gives sigma_comb / c = 1 / mu
         c = 2.0 if self.relation == "substitution" else 1.0
@@ -784,7 +798,7 @@ class PLDAccountant(Accountant):
         Identical to ``account(mechanism, steps=k, interval=self.interval)`` when the
         per-step tail agrees (``steps <= TAIL_STEPS``)."""
         if self._exact is not None or len(self._eff) != 1 or len(self.components) != 1 or self._pinf[1] > 0 \
-                or self._eff[0][0].event != self._steps[0][0].event:
+                or self._eff[0][0].event != self._steps[0][0].event or isinstance(self._eff[0][0], EpochStep):
             new = self.fresh().compose(self._steps[0][0].event, int(k))
             new._ensure_built()
             return new

@@ -90,3 +90,43 @@ def group_schedule(components: list, relation: str, ratio: float = GROUP_RATIO,
         lo = Step(E.Sampled(E.GaussianEvent(max(sig), sens), min(qs), scheme, group=group), relation)
         out.append((GroupedStep(up, lo, members), sum(k for _, k in members)))
     return out
+
+
+class EpochStep(Step):
+    """One whole epoch of a per-epoch sampling scheme (random allocation), composed as one step
+    with the scheme's :meth:`~pldlib.sampling.base.SamplingScheme.epoch_branches`; ``t`` steps
+    of ``event`` each (docs/MATH.md 13.2)."""
+
+    __slots__ = ("t", "_epoch_branches")
+
+    def __init__(self, step: Step, t: int, branches: list):
+        super().__init__(step.event, step.relation)
+        self.t = int(t)
+        self._epoch_branches = branches
+
+    def branches(self):
+        return self._epoch_branches
+
+    def __repr__(self) -> str:
+        return f"EpochStep({self.event!r}, t={self.t})"
+
+
+def epoch_components(components: list) -> list:
+    """``components`` [(Step, count)] with the steps of a per-epoch scheme replaced by
+    (EpochStep, count / t) where the scheme offers per-epoch branches (counts are whole epochs:
+    checked before every build, :func:`pldlib.sampling.base.check_steps`); others unchanged."""
+    from ..sampling.base import get_scheme
+
+    out = []
+    for s, k in components:
+        ev = s.event
+        if isinstance(ev, E.Sampled) and ev.q < 1.0 and ev.group == 1 and not isinstance(s, GroupedStep):
+            scheme = get_scheme(ev.scheme)
+            t = scheme.steps_multiple(ev.q)
+            if t > 1 and k % t == 0:
+                br = scheme.epoch_branches(ev.event, ev.q, s.relation)
+                if br is not None:
+                    out.append((EpochStep(s, t, br), k // t))
+                    continue
+        out.append((s, k))
+    return out

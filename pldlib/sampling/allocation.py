@@ -4,20 +4,22 @@ the t = 1/q batches of an epoch (docs/MATH.md section 13).
 ``steps`` counts steps and must be a whole number of epochs of t = 1/q steps
 (:meth:`SamplingScheme.steps_multiple`, checked by every accountant's ``compose``).
 
-Gaussian noise only (sum query of sensitivity 1, noise sigma per step).  Per step:
+Gaussian noise only (sum query of sensitivity 1, noise sigma per step).
 
-| side  | profile per step                    | composed over E epochs (t E steps)        |
-|-------|-------------------------------------|-------------------------------------------|
-| upper | unsampled Gaussian, sigma sqrt(t)   | Gaussian at sigma / sqrt(E): no amplification, certified |
-| lower | unsampled Gaussian, sigma t         | Gaussian at sigma sqrt(t / E): the exact law of the sum of the t noisy batch sums of each epoch, a post-processing, certified |
+| side  | random allocation                                        | shuffle                         |
+|-------|----------------------------------------------------------|---------------------------------|
+| upper | PLD accountant (add, remove, add_remove): a lattice pair dominating one epoch (:func:`allocation_epoch_pair`, MATH 13.2), composed once per epoch; other accountants, substitution, or a lattice too large: no amplification (unsampled Gaussian, sigma sqrt(t) per step) | no amplification |
+| lower | PLD accountant: a lattice pair dominated by one epoch (:func:`allocation_epoch_lower_pair`, MATH 13.3); otherwise: unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch, the exact law of the sum of the t noisy batch sums (a post-processing) | the epoch sum |
 
-Both per-step profiles compose *exactly* to the per-epoch statements (Gaussian
-pairs compose by adding mu^2), which is why the per-step bounds are only valid at
-whole epochs.  The upper bound has no amplification; the honest range is wide.
+The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
+adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The lattice
+pairs are per-epoch pairs: the PLD accountant composes them once per epoch
+(:meth:`RandomAllocation.epoch_branches`, :func:`pldlib.pld.schedule.epoch_components`).
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,15 +55,44 @@ class RandomAllocation(SamplingScheme):
         lo = unsampled_branches(E.GaussianEvent(s * t, event.sensitivity), relation)
         return [Branch(f"{u.label}", u.upper, l.lower) for u, l in zip(up, lo)]
 
+    def epoch_branches(self, event, q, relation):
+        """Per-epoch branches (one epoch = t steps) with the amplified upper pair of
+        :func:`allocation_epoch_profile` (remove; add: its reverse) and the dominated lower pair of
+        :func:`allocation_epoch_lower_pair` (or, where its FFT does not fit, the epoch-sum lower pair:
+        unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
+        substitution, for a user-level step, or when the lattice would be too large
+        (:data:`MAX_LATTICE`)."""
+        t = epoch_length(q)
+        if relation == "substitution" or not isinstance(event, E.GaussianEvent):
+            return None
+        try:
+            prof = allocation_epoch_profile(event.sigma, t)
+        except LatticeTooLarge:
+            return None
+        try:
+            lo_rem = allocation_epoch_lower_pair(event.sigma, t).profile
+            lo_add = lo_rem.reversed()
+        except LatticeTooLarge:  # the epoch-sum lower bound (13)
+            lo_rem = lo_add = unsampled_branches(E.GaussianEvent(event.sigma * math.sqrt(t), event.sensitivity),
+                                                 "add_remove")[0].lower
+        rem = Branch("remove", prof, lo_rem)
+        add = Branch("add", prof.reversed(), lo_add)
+        return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
+
 
 class Shuffle(RandomAllocation):
     """Fixed-size batches of a shuffled epoch.  Under add / remove the absent record's
     slot is left empty (the others keep their batches); substitution is the natural
-    relation.  Same certified range as random allocation: the upper bound uses only
-    "in exactly one batch per epoch", the lower bound only the sum over the epoch."""
+    relation.  Certified range: the upper bound without amplification (it uses only "in
+    exactly one batch per epoch"), the lower bound from the sum over the epoch."""
 
     name = "shuffle"
     summary = "fixed-size batches from a shuffled epoch (t = 1/q batches)"
+
+    def epoch_branches(self, event, q, relation):
+        """None: a shuffled epoch's batches are not independent given the record's batch, so the
+        random-allocation pair is not proven to dominate it; the per-step bounds are used."""
+        return None
 
 
 register(RandomAllocation())
@@ -151,3 +182,365 @@ def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relati
     the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
     the larger)."""
     return max_coordinate_accountant(sigma, t, epochs, relation).epsilon(delta).lower
+
+
+# -- the amplified per-epoch upper bound (docs/MATH.md 13.2) --------------------------------
+import functools  # noqa: E402
+
+from ..profiles.base import FiniteProfile  # noqa: E402
+
+_U = np.finfo(float).eps / 2
+#: relative accuracy assumed of scipy's ndtr (as pldlib.pld.discretize.SF_REL_ACCURACY)
+_NDTR_REL = 16 * _U
+#: largest lattice (points of one coordinate, or of an epoch sum) built before falling back
+#: to the unamplified bound
+MAX_LATTICE = 1 << 22
+#: lattice spacing of one coordinate, in standard deviations of its likelihood ratio
+SPACING = 0.02
+#: per-coordinate mass E[(Y - a_top)_+] sent to the +inf atom (the top of the lattice): the first
+#: of these whose lattice fits (a larger one only adds to P(+inf) per epoch)
+TOP_TAILS = (1e-12, 1e-10)
+#: partial sums are cut where their (significant) tail Q-mass and mean contribution fall below this
+CUT_TAIL = 1e-15
+
+
+class LatticeTooLarge(ValueError):
+    """The amplified epoch pair would need a lattice beyond :data:`MAX_LATTICE` points."""
+
+
+def _fft_eta(L: int) -> float:
+    """Relative l2 error of one real FFT of length L (a power of 2): Higham's bound
+    (Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 24.2) log2(L) eta with
+    eta = mu + gamma_4 (sqrt 2 + mu) < 7u for twiddle factors accurate to mu <= u, taken as
+    8u per level, with two extra levels for the real-to-complex packing."""
+    return 8 * _U * (math.log2(L) + 2)
+
+
+def coordinate_lattice(sigma: float, h: float, top_tail: float = TOP_TAILS[0]):
+    """(beta, a_top_index, alpha): the pmf beta[k] = Q(Y' = k h), k = 0..K, of a lattice variable
+    Y' <=_icv Y, where Y = exp(Z/sigma - 1/(2 sigma^2)) (Z ~ N(0,1)) is the likelihood ratio of
+    one coordinate (N(1, s^2) against N(0, s^2)) under Q (docs/MATH.md 13.2).
+
+    Y' is the mean-preserving spread of Y onto the lattice below K h (beta = second differences
+    of M(a) = E[min(Y, a)]), and K h for Y > K h, where K is the first lattice index with
+    alpha = E[(Y - K h)_+] <= top_tail; then every mass is shrunk by a verified factor
+    (1 - lambda_0) (the freed mass goes to 0) so that E[min(Y', a_j)] <= E[min(Y, a_j)] holds at
+    every lattice point despite round-off, hence for every a (both sides are concave between
+    lattice points and the left one is linear there).  Raises :class:`LatticeTooLarge`."""
+    from scipy.special import ndtr
+
+    s = float(sigma)
+    c = 0.5 / s
+
+    def parts(a):
+        with np.errstate(divide="ignore"):
+            la = np.log(a)
+        # F(y) = Q(Y <= y) = Phi(s ln y + c); G(y) = E_Q[Y; Y <= y] = P(Y <= y) = Phi(s ln y - c)
+        return ndtr(s * la - c), ndtr(c - s * la), ndtr(s * la + c), ndtr(-c - s * la)
+
+    a = max(1.0, h)
+    while True:
+        G, Gb, F, Fb = parts(np.array([a]))
+        if Gb[0] - a * Fb[0] <= top_tail:
+            break
+        a *= 1.25
+        if a / h > MAX_LATTICE:
+            raise LatticeTooLarge(f"sigma={s:g}: one coordinate would need more than {MAX_LATTICE} lattice points")
+    K = max(2, int(math.ceil(a / h)))
+    ak = h * np.arange(K + 2)
+    G, Gb, F, Fb = parts(ak)
+    M = G + ak * Fb          # E[min(Y, a)], accurate where it is not close to 1
+    C = Gb - ak * Fb         # E[(Y - a)_+] = 1 - M, accurate in the upper tail
+    j = np.arange(1, K)
+    beta = np.empty(K + 1)
+    beta[1:K] = np.where(ak[j + 1] <= 1.0, (2 * M[j] - M[j - 1] - M[j + 1]) / h,
+                         (C[j - 1] + C[j + 1] - 2 * C[j]) / h)
+    beta[K] = (C[K - 1] - C[K]) / h
+    np.maximum(beta, 0.0, out=beta)
+    beta[0] = 0.0
+    beta[0] = max(0.0, 1.0 - beta.sum())
+    alpha = float(C[K])
+    # verification at the lattice points: lhs_j = E[min(Y', a_j)] against a lower bound on
+    # M(a_j) (relative accuracy of ndtr); the cumulative sums carry at most (K + 2) u relative error
+    ak = ak[:K + 1]
+    tail = np.cumsum(beta[::-1])[::-1]
+    head = np.concatenate([[0.0], np.cumsum(ak * beta)[:-1]])
+    lhs = head + ak * tail
+    m_lo = M[:K + 1] * (1 - 2 * _NDTR_REL - 4 * _U)  # M = G + a Fbar: two terms >= 0, each to _NDTR_REL
+    with np.errstate(divide="ignore", invalid="ignore"):
+        viol = np.where(lhs > 0, np.maximum(lhs - m_lo, 0.0) / lhs, 0.0)
+    lam0 = float(viol.max()) + 4 * (K + 2) * _U
+    if not lam0 < 1e-6:
+        raise ArithmeticError(f"random allocation lattice: the verification failed (lambda_0 = {lam0:.3g})")
+    beta *= 1.0 - lam0
+    beta[0] += max(0.0, 1.0 - beta.sum())
+    return beta, K, alpha, lam0
+
+
+def _convolve(a, ea, b, eb, terms, h):
+    """(c, ec): a * b by FFT at a power-of-2 length >= len(a) + len(b) - 1 (no wrap-around),
+    negatives clipped, cut above the significant tail; ec bounds ||c - (a_exact * b_exact)
+    restricted to the kept indices||_2 given ||a - a_exact||_2 <= ea, ||b - b_exact||_2 <= eb
+    (docs/MATH.md 13.2)."""
+    from numpy.fft import irfft, rfft
+
+    n = len(a) + len(b) - 1
+    L = 1 << (n - 1).bit_length()
+    if L > 2 * MAX_LATTICE:
+        raise LatticeTooLarge(f"an epoch sum would need an FFT of {L} points")
+    full = irfft(rfft(a, L) * rfft(b, L), L)
+    c = full[:n]
+    noise = float(np.abs(full[n:]).max()) if L > n else _U * float(np.abs(c).max())
+    l1a, l1b = float(a.sum()) + math.sqrt(len(a)) * ea, float(b.sum()) + math.sqrt(len(b)) * eb
+    l2a, l2b = float(np.sqrt((a * a).sum())) + ea, float(np.sqrt((b * b).sum())) + eb
+    et = _fft_eta(L)
+    # inputs' errors (Young: ||x * y||_2 <= ||x||_2 ||y||_1), the two forward transforms, the
+    # pointwise product (complex multiplication: < 4u), then the inverse transform
+    err = ea * l1b + eb * l1a + ea * eb + et * (l2a * l1b + l1a * l2b) + 4 * _U * l1a * l2b
+    np.maximum(c, 0.0, out=c)  # the exact values are >= 0: clipping only moves closer
+    err += et * (float(np.sqrt((c * c).sum())) + err)
+    err *= 1.0 + 8.0 * et      # second-order terms
+    # the cut is free for soundness (dropping mass of a partial sum lowers every mass of the final
+    # law, convolution being monotone; +inf takes the complement); entries at the FFT noise level
+    # are ignored when placing it
+    sig = np.where(c > 4.0 * noise, c, 0.0)
+    tq = np.cumsum(sig[::-1])[::-1]
+    tp = np.cumsum((np.arange(n) * sig)[::-1])[::-1] * (h / terms)
+    ok = (tq <= CUT_TAIL) & (tp <= CUT_TAIL)
+    cut = max(int(np.argmax(ok)) if ok.any() else n, 1)
+    return c[:cut].copy(), err
+
+
+class AllocationEpochPair(NamedTuple):
+    """The amplified per-epoch pair and its certificate numbers (docs/MATH.md 13.2)."""
+
+    profile: FiniteProfile
+    sigma: float
+    t: int
+    h: float          # lattice spacing of one coordinate's likelihood ratio
+    alpha: float      # per-coordinate mass sent to +inf at the top of the lattice
+    lambda0: float    # verified shrink factor of one coordinate's pmf
+    l2_error: float   # bound on the l2 round-off of the epoch-sum pmf
+    lam: float        # shrink factor covering that round-off
+    points: int       # atoms of the epoch pair
+    seconds: float
+
+
+@functools.lru_cache(maxsize=16)
+def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> AllocationEpochPair:
+    """The certified amplified upper pair of one epoch of random allocation (remove direction;
+    its reverse dominates the add direction), docs/MATH.md 13.2.
+
+    Q-law of the epoch likelihood ratio S' = (Y'_1 + ... + Y'_t)/t on the lattice (h/t) N, with
+    Y'_j iid :func:`coordinate_lattice` variables, computed by binary powering with FFT
+    convolutions (no wrap-around, l2 round-off tracked), masses shrunk by (1 - lambda) to cover
+    the round-off; P = S' Q on the atoms and P(+inf) = 1 - E[S'].  Proven:
+    E[min(S', g)] <= E[min(S, g)] for all g >= 0, i.e. the pair dominates the true epoch pair
+    in both directions.  Raises :class:`LatticeTooLarge` beyond :data:`MAX_LATTICE` points."""
+    import time
+
+    t0 = time.perf_counter()
+    from .. import _validate as V
+
+    s = V.positive_finite("sigma", sigma)
+    t = int(t)
+    if t < 2:
+        raise ValueError(f"t: random allocation needs t >= 2 steps per epoch, got {t}")
+    spacing = V.positive_finite("spacing", spacing)
+    h = spacing * math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
+    if not math.isfinite(h) or h <= 0:
+        raise LatticeTooLarge(f"sigma={s:g}: the likelihood ratio's spread overflows")
+    for i, top in enumerate(TOP_TAILS):
+        try:
+            beta, K, alpha, lam0 = coordinate_lattice(s, h, top)
+            break
+        except LatticeTooLarge:
+            if i == len(TOP_TAILS) - 1:
+                raise
+    # binary powering: res = sum of `rm` coordinates, base = sum of `bm` coordinates
+    res, re, rm = None, 0.0, 0
+    base, be, bm = beta, 0.0, 1
+    e = t
+    while e:
+        if e & 1:
+            if res is None:
+                res, re, rm = base, be, bm
+            else:
+                res, re = _convolve(res, re, base, be, rm + bm, h)
+                rm += bm
+        e >>= 1
+        if e:
+            base, be = _convolve(base, be, base, be, 2 * bm, h)
+            bm *= 2
+    q, e2 = res, re
+    sk = h * np.arange(len(q)) / t
+    # final cut: dropped mass (to the complements) against the round-off allowance ~ e2 ||s||_2
+    tp = np.cumsum((sk * q)[::-1])[::-1]
+    tq = np.cumsum(q[::-1])[::-1]
+    s2 = np.concatenate([[0.0], np.cumsum(sk * sk)[:-1]])
+    j = max(int(np.argmin(tp + tq + e2 * np.sqrt(s2))), 3)
+    q, sk = q[:j], sk[:j]
+    n = len(q)
+    # lambda >= sup_g ||min(s, g)||_2 e2 / sum_k min(s_k, g) q_k: both increasing in g, so on
+    # (s_i, s_{i+1}] the ratio is at most num(i+1) / den(i); on (0, s_1] it is constant
+    qt = np.cumsum(q[::-1])[::-1]
+    sq = np.concatenate([[0.0], np.cumsum(sk * q)[:-1]])
+    den = (sq + sk * qt) * (1 - 4 * (n + 2) * _U)
+    num = np.sqrt(s2[:n] + sk * sk * (n - np.arange(n))) * (1 + 4 * (n + 2) * _U)
+    ratio = np.concatenate([[num[1] / den[1]], num[2:] / np.maximum(den[1:-1], 1e-300)])
+    lam = e2 * float(ratio.max()) + 64 * _U
+    if not lam < 1e-4:
+        raise ArithmeticError(f"random allocation epoch pair: round-off allowance {lam:.3g} too large")
+    w = q[1:] * (1.0 - lam)
+    p = sk[1:] * w
+    keep = p > 0
+    p_inf = max(0.0, 1.0 - float(p[keep].sum()))
+    prof = FiniteProfile(np.log(sk[1:][keep]), p[keep], p_inf)
+    return AllocationEpochPair(prof, s, t, h, alpha, lam0, e2, lam, int(keep.sum()), time.perf_counter() - t0)
+
+
+def allocation_epoch_profile(sigma: float, t: int) -> FiniteProfile:
+    """The profile (remove direction) of :func:`allocation_epoch_pair`."""
+    return allocation_epoch_pair(float(sigma), int(t)).profile
+
+
+# -- the certified lower pair: quantise each coordinate, add the cell indices (MATH 13.3) -------
+#: lattice spacings tried for the lower pair (in sd(Y)), finest first, until the FFT fits
+LOWER_SPACINGS = (0.02, 0.05, 0.1)
+#: the top cell [a_K, inf) of a coordinate starts where its P-tail mass falls below this
+LOWER_TOP = 1e-10
+#: largest FFT length of the lower pair (one real array of this length is 64 MiB)
+MAX_LOWER_FFT = 1 << 23
+
+
+def coordinate_cells(sigma: float, h: float, K: int):
+    """(m, p, e_m, e_p): the Q- and P-masses of the cells [k h, (k+1) h), k < K, and [K h, inf) of one
+    coordinate's likelihood ratio Y (Q: N(0, s^2), P: N(1, s^2); F = Q-cdf of Y, G = P-cdf of Y), with
+    l2 bounds on their evaluation errors (ndtr to 16u relative; each mass differenced from the
+    cdf or the sf, whichever is below 1/2)."""
+    from scipy.special import ndtr
+
+    s = float(sigma)
+    c = 0.5 / s
+    a = h * np.arange(K + 1)
+    with np.errstate(divide="ignore"):
+        la = np.log(a)
+    zF, zG = s * la + c, s * la - c
+
+    def masses(z):
+        cdf, sf = ndtr(z), ndtr(-z)
+        use_sf = sf[:-1] < 0.5
+        d = np.where(use_sf, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1])
+        mag = np.where(use_sf, sf[:-1] + sf[1:], cdf[:-1] + cdf[1:])
+        out = np.append(np.maximum(d, 0.0), sf[-1])
+        err = np.append((_NDTR_REL + 2 * _U) * mag, (_NDTR_REL + _U) * sf[-1])
+        return out, float(np.sqrt((err * err).sum()))
+
+    m, em = masses(zF)
+    p, ep = masses(zG)
+    return m, p, em, ep
+
+
+def _complex_power(z, k: int):
+    """z**k by binary powering (relative error of each entry <= 8 k u for k >= 1)."""
+    r, b = None, z
+    while k:
+        if k & 1:
+            r = b.copy() if r is None else r * b
+        k >>= 1
+        if k:
+            b = b * b
+    return r
+
+
+class AllocationLowerPair(NamedTuple):
+    """The certified lower (dominated) per-epoch pair and its numbers (docs/MATH.md 13.3)."""
+
+    profile: FiniteProfile
+    sigma: float
+    t: int
+    h: float          # cell width of one coordinate's likelihood ratio
+    cells: int        # cells per coordinate (the last one [K h, inf))
+    fft: int          # FFT length
+    err_p: float      # l-infinity bounds on the computed pmfs of the index sum N under P, Q
+    err_q: float
+    blank: float      # mass sent to the likelihood-ratio-1 atom (uncertain atoms, totals)
+    seconds: float
+
+
+@functools.lru_cache(maxsize=8)
+def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
+    """A pair **dominated by** one epoch of random allocation (remove direction; its reverse is
+    dominated by the add direction), docs/MATH.md 13.3: quantise each noisy batch sum into the
+    cells of its likelihood ratio and release only N = the sum of the t cell indices (a
+    post-processing), so Q_N = m^{*t} and P_N = p * m^{*(t-1)}; computed by one FFT of length
+    >= t K + 1 (no wrap-around) with l2 error bounds, then every atom is moved to the certain side
+    (its likelihood ratio only towards 1, its masses only down) and the rest goes to one atom of
+    likelihood ratio 1.  Raises :class:`LatticeTooLarge` if no spacing of
+    :data:`LOWER_SPACINGS` fits :data:`MAX_LOWER_FFT`."""
+    import time
+
+    from numpy.fft import irfft, rfft
+    from scipy.special import ndtri
+
+    from .. import _validate as V
+
+    t0 = time.perf_counter()
+    s = V.positive_finite("sigma", sigma)
+    t = int(t)
+    if t < 2:
+        raise ValueError(f"t: random allocation needs t >= 2 steps per epoch, got {t}")
+    sd = math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
+    # top cell: P(Y > a_K) = Phi(1/(2s) - s ln a_K) <= LOWER_TOP
+    a_top = math.exp((-float(ndtri(LOWER_TOP)) + 0.5 / s) / s)
+    for spacing in LOWER_SPACINGS:
+        h = spacing * sd
+        K = max(2, int(math.ceil(a_top / h)))
+        n = t * K + 1
+        L = 1 << (n - 1).bit_length()
+        if L <= MAX_LOWER_FFT:
+            break
+    else:
+        raise LatticeTooLarge(f"sigma={s:g}, t={t}: the lower pair would need an FFT beyond {MAX_LOWER_FFT} points")
+    m, p, em, ep = coordinate_cells(s, h, K)
+    eta = _fft_eta(L)
+    M, Pf = rfft(m, L), rfft(p, L)
+    Mk = _complex_power(M, t - 1)
+    Qn = irfft(Mk * M, L)[:n]
+    Pn = irfft(Mk * Pf, L)[:n]
+    # l2 error bounds (docs/MATH.md 13.3): the full spectra's errors (Parseval), |M|, |P| <= 1 for
+    # the exact pmfs, the powers' propagation and rounding, then the inverse transform
+    sq = math.sqrt(L)
+    dM = sq * (eta * float(np.sqrt((m * m).sum())) + em)
+    dP = sq * (eta * float(np.sqrt((p * p).sum())) + ep)
+    bnd = (1.0 + dM + dP) ** t
+    fq = t * dM * bnd + 8 * t * _U * bnd * sq
+    fp = ((t - 1) * dM + dP) * bnd + 8 * t * _U * bnd * sq
+    err_q = (fq / sq + eta * (float(np.sqrt((Qn * Qn).sum())) + fq / sq)) * (1 + 8 * eta)
+    err_p = (fp / sq + eta * (float(np.sqrt((Pn * Pn).sum())) + fp / sq)) * (1 + 8 * eta)
+    p_lo, p_hi, q_lo, q_hi = Pn - err_p, Pn + err_p, Qn - err_q, Qn + err_q
+    ok = (p_lo > 0) & (q_lo > 0)
+    A = ok & (p_lo >= q_hi)                # likelihood ratio certainly >= 1
+    B = ok & (q_lo >= p_hi) & ~A           # certainly <= 1
+    P2, Q2 = np.zeros(n), np.zeros(n)
+    Q2[A] = q_lo[A]
+    P2[A] = p_lo[A] * (q_lo[A] / q_hi[A])  # ratio p_lo / q_hi <= the true one, >= 1
+    P2[B] = p_lo[B]
+    Q2[B] = q_lo[B] * (p_lo[B] / p_hi[B])  # inverse ratio q_lo / p_hi <= the true one, >= 1
+    TP, TQ = float(P2.sum()), float(Q2.sum())
+    if TP > TQ:  # equal totals: lower the excess of A-atoms (their ratios stay in [1, true])
+        ex = P2[A] - Q2[A]
+        P2[A] = Q2[A] + ex * (1.0 - (TP - TQ) / float(ex.sum()))
+    elif TQ > TP:
+        ex = Q2[B] - P2[B]
+        Q2[B] = P2[B] + ex * (1.0 - (TQ - TP) / float(ex.sum()))
+    keep = (P2 > 0) & (Q2 > 0)
+    lr = np.log(P2[keep]) - np.log(Q2[keep])
+    # the stored losses must not overstate |ln ratio| (their own rounding): pulled towards 0
+    margin = 4 * _U * (np.abs(np.log(P2[keep])) + np.abs(np.log(Q2[keep])) + 1.0)
+    losses = np.where(lr > 0, np.maximum(lr - margin, 0.0), np.minimum(lr + margin, 0.0))
+    pm = P2[keep]
+    # where a loss was pulled, its Q-mass p e^{-loss} moves towards p (the ratio towards 1)
+    blank = max(0.0, 1.0 - float(pm.sum()))
+    prof = FiniteProfile(np.append(losses, 0.0), np.append(pm, blank), 0.0)
+    return AllocationLowerPair(prof, s, t, h, K + 1, L, err_p, err_q, blank, time.perf_counter() - t0)

@@ -48,6 +48,13 @@ class SamplingScheme:
         count; a scheme whose per-step pairs are only valid over whole epochs returns t)."""
         return 1
 
+    def epoch_branches(self, event, q: float, relation: str) -> list[Branch] | None:
+        """Dominating pairs of one whole *epoch* (``steps_multiple(q)`` steps), for a scheme whose
+        bound is a per-epoch pair rather than a per-step one; None (the default): use
+        :meth:`branches` per step.  Accountants that read it compose ``steps / t`` epochs
+        (:func:`pldlib.pld.schedule.epoch_components`); the others use the per-step branches."""
+        return None
+
     def __repr__(self) -> str:
         return f"<sampling scheme {self.name!r}: {self.summary}>"
 
