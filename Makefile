@@ -39,10 +39,11 @@ bench: $(PEERS)
 
 # long randomised robustness run (issue 22): results/ROBUSTNESS.md
 ROBUST_CASES ?= 2000
+ROBUST_SEED ?= 3
 robust: $(STAMP)
 	@mkdir -p results
 	@$(PY) -m pldlib.testing.robust --issue-cases --out results/.robust_issue.md || true
-	@$(PY) -m pldlib.testing.robust --cases $(ROBUST_CASES) --seed 1 --workers 2 --out results/.robust_random.md || true
+	@$(PY) -m pldlib.testing.robust --cases $(ROBUST_CASES) --seed $(ROBUST_SEED) --workers 2 --out results/.robust_random.md || true
 	@cat results/.robust_issue.md results/.robust_random.md > results/ROBUSTNESS.md
 	@echo "written: results/ROBUSTNESS.md"
 

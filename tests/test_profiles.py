@@ -347,3 +347,29 @@ def test_reversed_twice_is_the_original():
     eps = np.linspace(-3, 3, 61)
     np.testing.assert_allclose(rr.delta(eps), prof.delta(eps), atol=1e-14)
     assert rr.p_inf == pytest.approx(prof.p_inf, abs=1e-15)
+
+
+def test_finite_profile_delta_with_many_atoms_matches_exact_sums():
+    # the suffix-sum path (>= DIRECT_ATOMS atoms) against an exactly rounded sum (math.fsum of
+    # the atom-by-atom terms), at eps on, just above, just below and NEAR above atoms
+    import math
+
+    from pldlib.profiles.base import FiniteProfile
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    losses = np.sort(rng.normal(0.0, 3.0, n))
+    p = rng.random(n)
+    p *= 0.999 / p.sum()
+    q = p * np.exp(-losses)
+    if q.sum() > 1.0:
+        p /= q.sum()
+    prof = FiniteProfile(losses, p, p_inf=1.0 - p.sum())
+    assert prof.losses.size >= FiniteProfile.DIRECT_ATOMS
+    eps = np.concatenate([np.linspace(-8, 12, 97), losses[::250], losses[::250] + 1e-12,
+                          losses[::250] - 1e-9, losses[::333] + FiniteProfile.NEAR])
+    got = prof.delta(eps)
+    for e, g in zip(eps, got):
+        terms = [pj * -math.expm1(e - lj) for lj, pj in zip(prof.losses, prof.p_masses) if lj > e]
+        want = math.fsum(terms + [prof.p_inf])
+        assert abs(g - want) <= 8 * 2.0**-53 * want + 1e-300, (e, g, want)

@@ -405,10 +405,48 @@ class FiniteProfile(PrivacyProfile):
     def cdf_q(self, eps):
         return self._q_left[self._idx_gt(eps)] + self.q_minus_inf
 
+    #: from this many atoms on, :meth:`delta` sums the atoms more than NEAR above eps through
+    #: suffix sums (O(atoms + queries)) instead of atom by atom (O(atoms x queries))
+    DIRECT_ATOMS = 2048
+    NEAR = 1.0
+
     def delta(self, eps):
+        """delta(eps) = P(+inf) + sum_{l_j > eps} p_j (1 - e^{eps - l_j}).
+
+        With many atoms, the atoms with l_j > eps + NEAR enter as P_far - e^eps Q_far from
+        suffix sums accumulated in extended precision (no cancellation: e^eps Q_far <= e^-NEAR
+        P_far, and every term is >= 0, so the relative error stays within a few units of
+        round-off, as the atom-by-atom sum); the atoms in (eps, eps + NEAR] are summed one by one."""
         eps = _as_array(eps)
-        w = np.maximum(0.0, -np.expm1(eps[..., None] - self.losses))
-        return np.clip(self.p_inf + (self.p_masses * w).sum(axis=-1), 0.0, 1.0)
+        if self.losses.size < self.DIRECT_ATOMS or eps.size < 8:
+            w = np.maximum(0.0, -np.expm1(eps[..., None] - self.losses))
+            return np.clip(self.p_inf + (self.p_masses * w).sum(axis=-1), 0.0, 1.0)
+        flat = eps.ravel()
+        if not hasattr(self, "_suffix_ld"):
+            ld = np.longdouble
+            self._suffix_ld = (np.concatenate([np.cumsum(self.p_masses[::-1].astype(ld))[::-1], [ld(0)]]),
+                               np.concatenate([np.cumsum(self.q_masses[::-1].astype(ld))[::-1], [ld(0)]]))
+        p_suf, q_suf = self._suffix_ld
+        i0 = np.searchsorted(self.losses, flat, side="right")            # first atom > eps
+        i1 = np.searchsorted(self.losses, flat + self.NEAR, side="right")  # first atom > eps + NEAR
+        with np.errstate(over="ignore", invalid="ignore"):
+            far = (p_suf[i1] - np.exp(flat.astype(np.longdouble)) * q_suf[i1]).astype(float)
+        far = np.where(i1 < self.losses.size, np.maximum(far, 0.0), 0.0)
+        near = np.zeros(flat.size)
+        cnt = i1 - i0
+        for c0 in range(0, flat.size, 256):  # the near atoms, one by one, a block of queries at a time
+            sl = slice(c0, min(c0 + 256, flat.size))
+            n = cnt[sl]
+            tot = int(n.sum())
+            if tot == 0:
+                continue
+            owner = np.repeat(np.arange(n.size), n)
+            start = np.repeat(i0[sl] - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
+            j = start + np.arange(tot)
+            terms = self.p_masses[j] * -np.expm1(flat[sl][owner] - self.losses[j])
+            near[sl] = np.bincount(owner, weights=terms, minlength=n.size)
+        out = np.clip(self.p_inf + near + far, 0.0, 1.0)
+        return out.reshape(eps.shape)
 
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         return float(self.losses[0]), float(self.losses[-1])

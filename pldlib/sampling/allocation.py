@@ -9,7 +9,7 @@ Gaussian noise only (sum query of sensitivity 1, noise sigma per step).
 | side  | random allocation                                        | shuffle                         |
 |-------|----------------------------------------------------------|---------------------------------|
 | upper | PLD accountant (add, remove, add_remove): a lattice pair dominating one epoch (:func:`allocation_epoch_pair`, MATH 13.2), composed once per epoch; other accountants, substitution, or a lattice too large: no amplification (unsampled Gaussian, sigma sqrt(t) per step) | no amplification |
-| lower | PLD accountant: a lattice pair dominated by one epoch (:func:`allocation_epoch_lower_pair`, MATH 13.3); otherwise: unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch, the exact law of the sum of the t noisy batch sums (a post-processing) | the epoch sum |
+| lower | PLD accountant: a lattice pair dominated by one epoch (:func:`allocation_epoch_lower_pair`, MATH 13.3); otherwise: unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch, the exact law of the sum of the t noisy batch sums (a post-processing) | PLD accountant: the same dominated pair (MATH 13.4: the zero-dataset shuffled epoch is the random-allocation pair); substitution, other accountants or too large: the epoch sum |
 
 The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
 adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The lattice
@@ -84,15 +84,31 @@ class Shuffle(RandomAllocation):
     """Fixed-size batches of a shuffled epoch.  Under add / remove the absent record's
     slot is left empty (the others keep their batches); substitution is the natural
     relation.  Certified range: the upper bound without amplification (it uses only "in
-    exactly one batch per epoch"), the lower bound from the sum over the epoch."""
+    exactly one batch per epoch"); the lower bound of random allocation's dominated epoch
+    pair (docs/MATH.md 13.4: with the other records contributing 0, a shuffled epoch *is*
+    the random-allocation epoch pair), else the sum over the epoch."""
 
     name = "shuffle"
     summary = "fixed-size batches from a shuffled epoch (t = 1/q batches)"
 
     def epoch_branches(self, event, q, relation):
-        """None: a shuffled epoch's batches are not independent given the record's batch, so the
-        random-allocation pair is not proven to dominate it; the per-step bounds are used."""
-        return None
+        """Per-epoch branches: upper = the unsampled Gaussian pair at sigma (one epoch, the record
+        in exactly one batch: no amplification); lower = the dominated lattice pair of
+        :func:`allocation_epoch_lower_pair` (remove; add: its reverse), a lower bound for shuffling
+        too (MATH 13.4).  None (the per-step bounds) under substitution, for other noises, or when
+        that pair does not fit (:class:`LatticeTooLarge`)."""
+        t = epoch_length(q)
+        if relation == "substitution" or not isinstance(event, E.GaussianEvent):
+            return None
+        try:
+            lo_rem = allocation_epoch_lower_pair(event.sigma, t).profile
+        except LatticeTooLarge:
+            return None
+        # (the Gaussian pair is symmetric: one profile for both directions)
+        up = unsampled_branches(E.GaussianEvent(event.sigma, event.sensitivity), "add_remove")[0].upper
+        rem = Branch("remove", up, lo_rem)
+        add = Branch("add", up, lo_rem.reversed())
+        return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
 
 
 register(RandomAllocation())
