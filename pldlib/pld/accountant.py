@@ -640,6 +640,8 @@ class PLDAccountant(Accountant):
                 self._build_grid(t0, None)
                 last = None
                 for _ in range(MAX_COARSEN):
+                    if all(st.cache for st in self._branches):
+                        break  # the refinement probe composed every branch at this spacing: it fits
                     try:
                         self._fits()  # the window of a typical query must fit the memory budget
                         break
