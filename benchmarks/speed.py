@@ -307,7 +307,7 @@ def bench_schedule(ctx) -> str:
             + md_table(["distinct steps", "components after grouping", "ours eps", "rel. width", "ours s",
                         "dp_accounting eps (1e-3)", "dp_accounting s"], rows)
             + "\n\nPer-step q schedule (sigma 1, q evenly from 0.005 to 0.02, delta 1e-5; cells of relative width "
-            f"2e-3 in q). dp_accounting measured on the 300-step version ({e300:.5f}, "
+            f"4e-3 in q). dp_accounting measured on the 300-step version ({e300:.5f}, "
             f"{q_rate * 300:.1f} s) and extrapolated per event.\n\n"
             + md_table(["distinct steps", "components after grouping", "ours eps", "rel. width", "ours s",
                         "dp_accounting s"], qrows))
