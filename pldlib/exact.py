@@ -453,13 +453,24 @@ class PinfWrapped:
         hi = self.D_hi + (1 - self.D_hi) * hi
         return np.maximum(lo * (1 - 4 * U), 0.0), np.minimum(hi * (1 + 4 * U), 1.0)
 
+    @staticmethod
+    def _t_big(deltas, D_lo):
+        """Upper bound on t(delta, D) = (delta - D) / (1 - D) over D >= D_lo (rounded up)."""
+        return (deltas - D_lo) / (1 - D_lo) * (1 + 4 * U) + 4 * U * D_lo
+
+    @classmethod
+    def certainly_infinite(cls, deltas, D_lo) -> bool:
+        """Whether eps(delta) = +inf is certified for every delta given: each lies below the
+        +inf mass D >= D_lo (no base pair is needed: both ends of ``epsilon_bounds`` are +inf)."""
+        return D_lo > 0 and bool(np.all(cls._t_big(np.asarray(deltas, dtype=float), D_lo) <= 0))
+
     def epsilon_bounds(self, deltas):
         deltas = np.asarray(deltas, dtype=float)
         if self.D_hi == 0.0:
             return self._eps(deltas)
         # t(delta, D) = (delta - D) / (1 - D) is decreasing in D; eps is decreasing in t
         t_small = (deltas - self.D_hi) / (1 - self.D_hi) * (1 - 4 * U) - 4 * U * self.D_hi
-        t_big = (deltas - self.D_lo) / (1 - self.D_lo) * (1 + 4 * U) + 4 * U * self.D_lo
+        t_big = self._t_big(deltas, self.D_lo)
         up = np.full(deltas.shape, np.inf)
         lo = np.full(deltas.shape, np.inf)
         ok_u = t_small > 0

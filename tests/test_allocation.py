@@ -262,20 +262,27 @@ def test_headline_shape_within_ten_percent_of_poisson():
     assert 6.0 < r.upper < 6.1      # pinned: 6.046 (this round); the pair's own optimistic side is 6.03
 
 
+def _upper_near_one_epoch_monte_carlo(sigma, eps, seed, slack):
+    """One epoch, t = 4: the certified random-allocation upper delta lies above each direction's
+    Monte Carlo estimate (2e6 samples) minus 5 standard errors, and below the larger estimate
+    plus 5 standard errors + ``slack``."""
+    from pldlib.testing.montecarlo import allocation_delta
+
+    mc = allocation_delta(sigma, 4, 1, eps, n_samples=2_000_000, seed=seed)
+    up = pldlib.account(pldlib.Gaussian(sigma=sigma, q=0.25, sampling="random_allocation"),
+                        steps=4).delta(eps).upper
+    for j in range(len(eps)):
+        for est, se in ((mc.remove[j], mc.se_remove[j]), (mc.add[j], mc.se_add[j])):
+            assert est - 5 * se <= up[j]
+        est = max(mc.remove[j], mc.add[j])
+        assert up[j] <= est + 5 * max(mc.se_remove[j], mc.se_add[j]) + slack, (eps[j], up[j], est)
+
+
 def test_monte_carlo_tight_at_one_epoch():
     """One epoch, t = 4, sigma 0.8: the certified upper lies above the Monte Carlo estimate minus
     5 standard errors (sound) and below it plus 5 standard errors + 1e-3 (tight: the pair is the
     exact random-allocation pair up to the lattice)."""
-    from pldlib.testing.montecarlo import allocation_delta
-
-    eps = [0.1, 0.5, 1.25]
-    mc = allocation_delta(0.8, 4, 1, eps, n_samples=2_000_000, seed=77)
-    up = pldlib.account(pldlib.Gaussian(sigma=0.8, q=0.25, sampling="random_allocation"), steps=4).delta(eps).upper
-    for j in range(3):
-        for est, se in ((mc.remove[j], mc.se_remove[j]), (mc.add[j], mc.se_add[j])):
-            assert est - 5 * se <= up[j]
-        est = max(mc.remove[j], mc.add[j])
-        assert up[j] <= est + 5 * max(mc.se_remove[j], mc.se_add[j]) + 1e-3, (eps[j], up[j], est)
+    _upper_near_one_epoch_monte_carlo(0.8, [0.1, 0.5, 1.25], seed=77, slack=1e-3)
 
 
 def test_epoch_steps_share_and_relations():
@@ -318,18 +325,10 @@ def test_second_top_tail_sound_against_monte_carlo():
     tail is 1e-10 (more mass at +inf); the bound stays above the Monte Carlo estimate minus 5
     standard errors and within 5 standard errors + 2e-3 of it (one epoch, t = 4)."""
     from pldlib.sampling.allocation import allocation_epoch_pair
-    from pldlib.testing.montecarlo import allocation_delta
 
     pair = allocation_epoch_pair(0.6, 4)
     assert 1e-12 < pair.alpha <= 1e-10 and pair.profile.p_inf >= pair.alpha
-    eps = [0.5, 1.5, 3.0]
-    mc = allocation_delta(0.6, 4, 1, eps, n_samples=2_000_000, seed=606)
-    up = pldlib.account(pldlib.Gaussian(sigma=0.6, q=0.25, sampling="random_allocation"), steps=4).delta(eps).upper
-    for j in range(3):
-        for est, se in ((mc.remove[j], mc.se_remove[j]), (mc.add[j], mc.se_add[j])):
-            assert est - 5 * se <= up[j]
-        est = max(mc.remove[j], mc.add[j])
-        assert up[j] <= est + 5 * max(mc.se_remove[j], mc.se_add[j]) + 2e-3, (eps[j], up[j], est)
+    _upper_near_one_epoch_monte_carlo(0.6, [0.5, 1.5, 3.0], seed=606, slack=2e-3)
 
 
 @pytest.mark.parametrize("sigma", [0.8, 1.5])

@@ -267,10 +267,7 @@ class Accountant:
             return
         if not self._steps:
             raise ValueError(f"{self.method}: nothing composed yet: call compose(event, count) first")
-        from ..sampling.base import check_steps
-
-        for s, k in self._steps:  # per-epoch schemes: whole epochs only (sampling/base.py)
-            check_steps(s.event, k)
+        self._check_steps()
         before = set(self.__dict__)
         self._building = True
         try:
@@ -279,6 +276,13 @@ class Accountant:
             self._building = False
         self._built_keys = tuple(k for k in self.__dict__ if k not in before)
         self._built = True
+
+    def _check_steps(self) -> None:
+        """Per-epoch schemes: whole epochs only (sampling/base.py); ValueError naming steps."""
+        from ..sampling.base import check_steps
+
+        for s, k in self._steps:
+            check_steps(s.event, k)
 
     def _reset(self) -> None:
         for k in self._built_keys:

@@ -1024,13 +1024,10 @@ class PLDAccountant(Accountant):
         deltas = V.delta_array("delta", delta)
         if not self._built and self._steps:
             # every delta below the certain +inf mass of (eps0, delta0) steps: eps = +inf,
-            # certified without any grid (the same test as PinfWrapped.epsilon_bounds)
+            # certified without any grid
             d_lo = X.split_exact([(s.event, k) for s, k in self._steps], self.relation).pinf_bounds()[0]
-            if d_lo > 0 and np.all((deltas - d_lo) / (1 - d_lo) * (1 + 4 * X.U) + 4 * X.U * d_lo <= 0):
-                from ..sampling.base import check_steps
-
-                for s, k in self._steps:
-                    check_steps(s.event, k)
+            if X.PinfWrapped.certainly_infinite(deltas, d_lo):
+                self._check_steps()
                 inf = np.full(deltas.shape, np.inf)
                 return Interval(math.inf, math.inf) if scalar else Interval(inf, inf.copy())
         with self._clock():

@@ -351,6 +351,10 @@ class LaplaceProfile(PrivacyProfile):
         return -self.a, self.a
 
 
+#: whether numpy's long double carries more precision than double (x86: 64-bit mantissa)
+_EXTENDED = np.finfo(np.longdouble).eps < np.finfo(float).eps
+
+
 class FiniteProfile(PrivacyProfile):
     """A pair on finitely many outputs, given by its loss atoms.
 
@@ -418,7 +422,8 @@ class FiniteProfile(PrivacyProfile):
         P_far, and every term is >= 0, so the relative error stays within a few units of
         round-off, as the atom-by-atom sum); the atoms in (eps, eps + NEAR] are summed one by one."""
         eps = _as_array(eps)
-        if self.losses.size < self.DIRECT_ATOMS or eps.size < 8:
+        # (where long double is plain double, the suffix sums would lose the accuracy claimed)
+        if self.losses.size < self.DIRECT_ATOMS or eps.size < 8 or not _EXTENDED:
             w = np.maximum(0.0, -np.expm1(eps[..., None] - self.losses))
             return np.clip(self.p_inf + (self.p_masses * w).sum(axis=-1), 0.0, 1.0)
         flat = eps.ravel()
