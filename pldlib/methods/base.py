@@ -94,16 +94,20 @@ class Step:
     ``branches()`` are its dominating pairs (:func:`pldlib.sampling.dominating_pairs`).
     """
 
-    __slots__ = ("event", "relation")
+    __slots__ = ("event", "relation", "_br")
 
     def __init__(self, event, relation: str):
         self.event = event
         self.relation = relation
+        self._br = None
 
     def branches(self):
-        from ..sampling import dominating_pairs
+        """The dominating pairs (built once: the profiles keep their support searches cached)."""
+        if self._br is None:
+            from ..sampling import dominating_pairs
 
-        return dominating_pairs(self.event, self.relation)
+            self._br = dominating_pairs(self.event, self.relation)
+        return list(self._br)
 
     @property
     def base(self) -> E.BaseEvent:

@@ -370,7 +370,11 @@ def _map(fn, *items) -> list:
 
 def _tilt_plds(st) -> list:
     """PLDs to estimate a tilt on (it needs no precision): the branch's cheap coarse ones, or
-    its fine ones where the coarse grid cannot be built."""
+    its fine ones where they are built or will be (long schedules, whose branches are not
+    screened: building coarse ones too would cost a discretisation per component), or where
+    the coarse grid cannot be built."""
+    if st.source.built or len(st.counts) >= SCREEN_MAX_COMPONENTS:
+        return st.uppers
     try:
         return st.source.coarse()
     except (ArithmeticError, MemoryError, ValueError):
@@ -419,18 +423,27 @@ def _check_interval(h: float, per_comp, tail: float) -> None:
 
 
 # -- accuracy knob ------------------------------------------------------------------------
+#: from this many components on (schedules), the spacing rule's statistics use 1000-point PLDs at
+#: the build's own tail (whose support searches the grids then reuse), not 4000 points at 1e-12
+STATS_LIGHT_FROM = 32
+
+
 def _step_stats(components, per_comp):
     """Per branch label, per component: (mean, variance, support width, support edges) of
-    one step's loss (from a cheap connect-the-dots PLD at 4000 points)."""
+    one step's loss (from a cheap connect-the-dots PLD at 4000 points; 1000 points for long
+    schedules, where the rule's few-percent inputs need no more and the cost is per component)."""
     out = []
     n_labels = max(len(b) for b in per_comp)
+    light = len(components) >= STATS_LIGHT_FROM
+    tail = _tail_for(sum(k for _, k in components)) if light else 1e-12
+    points = 1000.0 if light else 4000.0
     for j in range(n_labels):
         row = []
         for (m, _k), bl in zip(components, per_comp):
             prof = bl[min(j, len(bl) - 1)].upper
-            lo, hi = prof.eps_bounds(1e-12)
-            h0 = max((hi - lo) / 4000.0, 1e-9)
-            pld = connect_the_dots(prof, grid_for(prof, h0, 1e-12))
+            lo, hi = prof.eps_bounds(tail)
+            h0 = max((hi - lo) / points, 1e-9)
+            pld = connect_the_dots(prof, grid_for(prof, h0, tail))
             mu, v = pld.moments()
             # an optimistic PLD cannot resolve mass between 0 and a support edge
             # closer than h (e.g. ln(1-q) for Poisson remove): keep h below half of it

@@ -297,16 +297,160 @@ class _Side:
         return out
 
 
+#: from this many sides on (schedules), ln M and the tilted moments of all sides are evaluated
+#: together: their masses on one lattice, one matrix-vector product per theta (_Batch)
+BATCH_FROM = 16
+#: sides per block of a batch (neighbours in order of their lattice start share one lattice)
+BATCH_BLOCK = 32
+#: exponents below this (relative to the largest on a block's lattice) are flushed to 0
+_BATCH_FLUSH = -690.0
+#: a batch sum below this is not trusted (terms may have been flushed): that side is recomputed alone
+_BATCH_MIN_SUM = 1e-200
+
+
+class _Batch:
+    """The sides of one composition (one grid spacing h) evaluated together: ln M_m(t) and the
+    tilted moments for every side m at once (a matrix-vector product per block of sides and per
+    t, instead of one pass per side and t).
+
+    The sides are ordered by their lattice start and split into blocks of BATCH_BLOCK; a
+    block's masses sit on one lattice (its union).  For each t a block's exponents t eps_i are
+    shifted by their maximum c, so every term m_i e^{t eps_i - c} is at most m_i.  Terms more
+    than e^690 below c are flushed to 0; a side whose sum is at least 1e-200 lost at most e^-690
+    <= 1e-299 (its masses sum to at most 1), a relative 1e-99, and a sum of non-negative terms
+    carries relative round-off at most (L + 8) u (Higham 3.1, exp included): ``log_mgf``
+    returns c + ln S rounded up by 2 (L + 8) u plus 4 u (|c| + |t| max|eps| + 1) for the
+    exponents' own round-off, or down by as much with ``down=True``.  Other sides (far from
+    the block's maximum at large |t|) are recomputed by :meth:`_Side.log_mgf` (exact up to its
+    own windowing, never an understatement).
+    """
+
+    def __init__(self, sides: list[_Side]):
+        self.sides = sides
+        order = sorted(range(len(sides)), key=lambda r: (sides[r].start, sides[r].masses.size))
+        self.blocks = []
+        for j in range(0, len(order), BATCH_BLOCK):
+            rows = np.array(order[j : j + BATCH_BLOCK])
+            g0 = min(sides[r].start for r in rows)
+            g1 = max(sides[r].start + sides[r].masses.size for r in rows)
+            M = np.zeros((rows.size, g1 - g0))
+            for i, r in enumerate(rows):
+                sd = sides[r]
+                M[i, sd.start - g0 : sd.start - g0 + sd.masses.size] = sd.masses
+            eps = (g0 + np.arange(g1 - g0)) * sides[0].h
+            self.blocks.append((rows, M, eps, 2.0 * (eps.size + 8) * _U))
+        self._mom: dict = {}
+
+    @staticmethod
+    def _weights(t: float, eps: np.ndarray):
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            a = t * eps
+            c = float(np.max(a))
+            z = a - c
+            w = np.where(z > _BATCH_FLUSH, np.exp(np.maximum(z, _BATCH_FLUSH)), 0.0)
+        return c, w
+
+    def log_mgf(self, theta, down: bool = False) -> np.ndarray:
+        """ln M_m(theta_j) for every side m (rows) and theta_j (columns), rounded up (down)."""
+        theta = np.atleast_1d(np.asarray(theta, dtype=float))
+        out = np.empty((len(self.sides), theta.size))
+        for j, t in enumerate(theta):
+            if not math.isfinite(t):
+                out[:, j] = [float(sd.log_mgf(t)[0]) for sd in self.sides]
+                continue
+            for rows, M, eps, slack in self.blocks:
+                c, w = self._weights(float(t), eps)
+                S = M @ w
+                # round-off: of the sum (relative, ``slack``) and of the exponents t eps_i and
+                # c + ln S (absolute, a few u times their size)
+                r = slack + 4.0 * _U * (abs(c) + abs(float(t)) * float(np.max(np.abs(eps[[0, -1]]))) + 1.0)
+                with np.errstate(divide="ignore"):
+                    col = c + np.log(np.maximum(S, 1e-300)) + (-r if down else r)
+                for i in np.nonzero(~(S >= _BATCH_MIN_SUM))[0]:
+                    sd = self.sides[rows[i]]
+                    v = float(sd.log_mgf(t)[0])
+                    rv = 2.0 * (sd.masses.size + 8) * _U + 4.0 * _U * (
+                        abs(v) + abs(float(t)) * max(abs(float(sd.eps[0])), abs(float(sd.eps[-1]))) + 1.0)
+                    col[i] = v - rv if down else v + rv
+                out[rows, j] = col
+        return out
+
+    def moments(self, theta: float):
+        """(means, variances) of one step of each side under the theta-tilted measure."""
+        t = float(theta)
+        hit = self._mom.get(t)
+        if hit is not None:
+            return hit
+        m_all = np.empty(len(self.sides))
+        v_all = np.empty(len(self.sides))
+        for rows, M, eps, _slack in self.blocks:
+            c, w = self._weights(t, eps)
+            S0 = M @ w
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m1 = (M @ (w * eps)) / S0
+            ok = S0 >= _BATCH_MIN_SUM
+            centre = float(np.mean(m1[ok])) if ok.any() else 0.0
+            d = eps - centre
+            with np.errstate(invalid="ignore", divide="ignore"):
+                v1 = np.maximum((M @ (w * d * d)) / S0 - (m1 - centre) ** 2, 0.0)
+            for i in np.nonzero(~ok)[0]:
+                m1[i], v1[i] = self.sides[rows[i]].tilted_moments(t)
+            m_all[rows], v_all[rows] = m1, v1
+        out = self._mom[t] = (m_all, v_all)
+        return out
+
+
+_BATCHES: "collections.OrderedDict | None" = None
+
+
+def _batch(sides: list[_Side]) -> _Batch | None:
+    """The (cached) :class:`_Batch` of these sides, or None when they are fewer than BATCH_FROM."""
+    global _BATCHES
+    if len(sides) < BATCH_FROM or any(sd.h != sides[0].h for sd in sides):
+        return None
+    import collections
+
+    if _BATCHES is None:
+        _BATCHES = collections.OrderedDict()
+    key = tuple((id(sd.masses), sd.start) for sd in sides)
+    hit = _BATCHES.get(key)
+    if hit is not None:
+        _BATCHES.move_to_end(key)
+        return hit
+    b = _BATCHES[key] = _Batch(sides)  # (b.sides keeps the mass arrays alive: their ids stay unique)
+    while len(_BATCHES) > 4:
+        _BATCHES.popitem(last=False)
+    return b
+
+
 def _tilted_cgf(sides: list[_Side], theta: float, s: np.ndarray) -> np.ndarray:
-    """sum_m k_m (ln M_m(theta + s) - ln M_m(theta)): CGF of the theta-tilted sum."""
+    """sum_m k_m (ln M_m(theta + s) - ln M_m(theta)): CGF of the theta-tilted sum (an upper bound:
+    ln M(theta + s) rounded up, ln M(theta) down)."""
+    b = _batch(sides)
+    if b is not None:
+        k = np.array([sd.count for sd in sides], dtype=float)
+        return k @ (b.log_mgf(theta + s) - b.log_mgf([theta], down=True))
     total = np.zeros(s.size)
     for sd in sides:
         total += sd.count * (sd.log_mgf(theta + s) - sd.log_mgf(theta)[0])
     return total
 
 
+def _log_mgf_total(sides: list[_Side], theta: float) -> float:
+    """sum_m k_m ln M_m(theta) (for tilt estimates: no rounding direction needed)."""
+    b = _batch(sides)
+    if b is not None:
+        return float(np.array([sd.count for sd in sides], dtype=float) @ b.log_mgf([theta])[:, 0])
+    return float(sum(sd.count * float(sd.log_mgf(theta)[0]) for sd in sides))
+
+
 def _moments(sides: list[_Side], theta: float) -> tuple[float, float]:
     """Mean and variance of the theta-tilted composed loss."""
+    b = _batch(sides)
+    if b is not None:
+        k = np.array([sd.count for sd in sides], dtype=float)
+        m1, v1 = b.moments(theta)
+        return float(k @ m1), float(k @ v1)
     mean = var = 0.0
     for sd in sides:
         m1, v1 = sd.tilted_moments(theta)
@@ -403,7 +547,7 @@ def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) ->
     sides = _cut_tails([_Side.of(p, k) for p, k in zip(plds, counts)], cut_scale)[0]
 
     def f(t):
-        logm = sum(sd.count * float(sd.log_mgf(t)[0]) for sd in sides)
+        logm = _log_mgf_total(sides, t)
         mean, var = _moments(sides, t)
         return logm - t * mean - math.log(t * (1 + t)) - 0.5 * math.log(2 * math.pi * max(var, 1e-300))
 
@@ -556,17 +700,25 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     return masses, ro
 
 
+#: forward FFTs of up to this many sides share one call (while their rows fit in 2^22 points)
+_FFT_ROWS_MAX = 32
+
+
 def _compose_side(sides, theta, w_lo, n_bins, chern):
     """Compose one side; returns (masses_est, E, logscale, tails) on window [w_lo, w_lo + n_bins)."""
     h = sides[0].h
     base = sum(sd.count * sd.start for sd in sides)
     top = base + sum(sd.count * (sd.masses.size - 1) for sd in sides)
     N = n_bins
-    logM = [float(sd.log_mgf(theta)[0]) for sd in sides]
+    fft_rows = max(1, min(_FFT_ROWS_MAX, (1 << 22) // max(n_bins, 1)))
+    b = _batch(sides)
+    # (any normalising constants serve, the same ones untilt below: the batch's for many sides)
+    logM = list(b.log_mgf([theta])[:, 0]) if b is not None else [float(sd.log_mgf(theta)[0]) for sd in sides]
     spec = None
     norm_sum = 0.0
     min_norm = np.inf
     K = 0
+    rows = []
     for sd, lm in zip(sides, logM):
         t = np.exp(sd.logm + theta * sd.eps - lm)
         tf = _fold(t, 0, N)
@@ -577,10 +729,15 @@ def _compose_side(sides, theta, w_lo, n_bins, chern):
         norm_sum += sd.count * nrm
         min_norm = min(min_norm, nrm)
         K += sd.count
-        X = sfft.rfft(tf, workers=fft_workers(N))
-        with np.errstate(under="ignore", invalid="ignore", over="ignore"):
-            Z = _int_power(X, sd.count)
-        spec = Z if spec is None else spec * Z
+        rows.append((tf, sd.count))
+        if len(rows) == fft_rows or sd is sides[-1]:
+            # the forward FFTs of several sides in one call (rows of one array)
+            X = sfft.rfft(np.stack([r for r, _ in rows]), axis=-1, workers=fft_workers(N * len(rows)))
+            with np.errstate(under="ignore", invalid="ignore", over="ignore"):
+                for i, (_r, k) in enumerate(rows):
+                    Z = _int_power(X[i], k)
+                    spec = Z if spec is None else spec * Z
+            rows = []
     y = sfft.irfft(spec, N, workers=fft_workers(N))
     # entrywise round-off bound on y (tilted, normalised masses)
     eta = 16.0 * _U * math.ceil(math.log2(max(N, 2)))

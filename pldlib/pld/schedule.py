@@ -48,10 +48,12 @@ class GroupedStep(Step):
         self.members = members
 
     def branches(self):
-        ups, lows = self.upper_step.branches(), self.lower_step.branches()
-        if [b.label for b in ups] != [b.label for b in lows]:  # the same scheme and relation: never
-            raise AssertionError("grouped steps with different branch labels")
-        return [Branch(u.label, u.upper, lo.lower) for u, lo in zip(ups, lows)]
+        if self._br is None:
+            ups, lows = self.upper_step.branches(), self.lower_step.branches()
+            if [b.label for b in ups] != [b.label for b in lows]:  # the same scheme and relation: never
+                raise AssertionError("grouped steps with different branch labels")
+            self._br = [Branch(u.label, u.upper, lo.lower) for u, lo in zip(ups, lows)]
+        return list(self._br)
 
     def __repr__(self) -> str:
         return f"GroupedStep({len(self.members)} steps: upper {self.upper_step.event!r}, lower {self.lower_step.event!r})"
