@@ -313,7 +313,7 @@ class _Batch:
     tilted moments for every side m at once (a matrix-vector product per block of sides and per
     t, instead of one pass per side and t).
 
-    The sides are ordered by their lattice start and split into blocks of BATCH_BLOCK; a
+    The sides are ordered by their lattice end and split into blocks of BATCH_BLOCK; a
     block's masses sit on one lattice (its union).  For each t a block's exponents t eps_i are
     shifted by their maximum c, so every term m_i e^{t eps_i - c} is at most m_i.  Terms more
     than e^690 below c are flushed to 0; a side whose sum is at least 1e-200 lost at most e^-690
@@ -327,7 +327,7 @@ class _Batch:
 
     def __init__(self, sides: list[_Side]):
         self.sides = sides
-        order = sorted(range(len(sides)), key=lambda r: (sides[r].start, sides[r].masses.size))
+        order = sorted(range(len(sides)), key=lambda r: (sides[r].start + sides[r].masses.size, sides[r].start))
         self.blocks = []
         for j in range(0, len(order), BATCH_BLOCK):
             rows = np.array(order[j : j + BATCH_BLOCK])

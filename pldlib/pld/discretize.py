@@ -383,8 +383,9 @@ def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool
 
     ``admissible(h_t, s_t, x_t)`` is vectorised over tangent points (value h_t, slope
     -s_t at alpha = x_t).  The search evaluates 127 points per round (9 rounds resolve
-    2^63 steps, as fine as the bisection it replaces); only a point tested admissible
-    (or ``good`` itself, admissible by the caller's contract) is ever returned.
+    2^63 steps, as fine as the bisection it replaces; the exact boundary matters where the
+    best tangent sits at a kink of h, e.g. ln(1 - q)); only a line tested admissible (or
+    ``good`` itself, admissible by the caller's contract) is ever returned.
     """
 
     def params(tau):
@@ -403,17 +404,23 @@ def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool
     if bool(np.asarray(admissible(*params(np.array([bad]))))[0]):
         return line(bad)
     frac = np.arange(1, 128) / 128.0
+    tested = None  # (h_t, s_t, x_t) of ``good`` once a round has tested it admissible
     for _ in range(9):
         pts = good + (bad - good) * frac
-        ok = np.asarray(admissible(*params(pts)), dtype=bool)
+        h_t, s_t, x_t = params(pts)
+        ok = np.asarray(admissible(h_t, s_t, x_t), dtype=bool)
         first_bad = int(np.argmin(ok)) if not ok.all() else pts.size
         if first_bad > 0:
             good = float(pts[first_bad - 1])
+            tested = (float(h_t[first_bad - 1]), float(s_t[first_bad - 1]), float(x_t[first_bad - 1]))
         if first_bad < pts.size:
             bad = float(pts[first_bad])
         if good == bad or abs(bad - good) <= 4 * np.finfo(float).eps * max(abs(good), abs(bad), 1e-300):
             break
-    return line(good)
+    if tested is None:
+        return line(good)
+    h_g, s_g, x_g = tested  # the very line tested admissible
+    return lambda alpha: h_g - s_g * (alpha - x_g)
 
 
 def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):

@@ -295,11 +295,21 @@ def poisson_remove(noise, q: float) -> MixtureProfile:
     """Remove direction: P = (1-q) B_0 + q B_D, Q = B_0; L = ln(1 - q + q e^{g(x)})."""
     log1mq = math.log1p(-q)
 
+    log_q = math.log(q)
+
     def threshold(eps):
+        eps = np.asarray(eps, dtype=float)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            # t = ln((e^eps - (1-q)) / q), computed without cancellation
-            t = np.where(eps > 0, eps + np.log1p(-(1 - q) * np.exp(-eps)) - math.log(q),
-                         np.log(np.expm1(eps) + q) - math.log(q))
+            # t = ln((e^eps - (1-q)) / q), computed without cancellation (each branch only where
+            # it is used: grids are mostly eps > 0)
+            pos = eps > 0
+            if pos.all():
+                t = eps + np.log1p(-(1 - q) * np.exp(-eps)) - log_q
+            else:
+                t = np.empty(eps.shape)
+                e1, e2 = eps[pos], eps[~pos]
+                t[pos] = e1 + np.log1p(-(1 - q) * np.exp(-e1)) - log_q
+                t[~pos] = np.log(np.expm1(e2) + q) - log_q
         t = np.where(eps <= log1mq, -np.inf, t)
         return noise.g_inv(t)
 
