@@ -370,10 +370,10 @@ def _map(fn, *items) -> list:
 
 def _tilt_plds(st) -> list:
     """PLDs to estimate a tilt on (it needs no precision): the branch's cheap coarse ones, or
-    its fine ones where they are built or will be (long schedules, whose branches are not
-    screened: building coarse ones too would cost a discretisation per component), or where
+    its fine ones for long schedules (their branches are not screened, so the fine PLDs are
+    built anyway, and coarse ones too would cost a discretisation per component), or where
     the coarse grid cannot be built."""
-    if st.source.built or len(st.counts) >= SCREEN_MAX_COMPONENTS:
+    if len(st.counts) >= SCREEN_MAX_COMPONENTS:
         return st.uppers
     try:
         return st.source.coarse()
