@@ -493,9 +493,11 @@ class Accountant:
         return lo, up, notes, ""
 
     @staticmethod
-    def _table(ks, deltas, make):
+    def _table(ks, deltas, make, release: bool = False):
         """Fill the (steps x deltas) table from ``make(k)`` -> a built accountant (or the
-        exception that building it raised).
+        exception that building it raised).  ``release``: once a steps value is answered, its
+        accountant drops what it keeps for later queries (``_release()``, where it has one):
+        a row of many steps values then holds one accountant's working memory at a time.
 
         Transient errors (``OSError``, a ``MemoryError`` other than
         :class:`GridTooLargeError`) propagate so that a caller can retry; so does a
@@ -530,6 +532,8 @@ class Accountant:
                 if transient(e):
                     raise
                 notes.append(f"steps={k}: {type(e).__name__}: {e}")
+            if release and hasattr(acc, "_release"):
+                acc._release()
         return lo, est, up, notes
 
     # -- display --------------------------------------------------------------------------

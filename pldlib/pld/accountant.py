@@ -574,7 +574,14 @@ class PLDAccountant(Accountant):
             return super().epsilon_per_steps(event, steps, deltas)
         deltas = V.delta_array("deltas", deltas)
         ks, make = self._shared_steps(event, steps)
-        return self._table(ks, deltas, make)
+        return self._table(ks, deltas, make, release=True)
+
+    def _release(self) -> None:
+        """Drop the cached compositions (each up to ``max_bins`` points per side); the shared
+        single-step discretisation stays.  Later queries recompose what they need."""
+        for st in getattr(self, "_branches", None) or []:
+            st.cache.clear()
+            st.coarse_cache.clear()
 
     def tables_per_steps(self, event, steps, deltas, fprs):
         """As :meth:`Accountant.tables_per_steps`; epsilons and TPRs of a steps value come from
