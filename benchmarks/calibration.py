@@ -2,7 +2,7 @@
 
 Side by side in one process, for a few DP-SGD targets: our certified
 :func:`pldlib.calibrate` (default tolerance, a tight tolerance, and seeded by the
-curated table when it covers the query), dp_accounting's
+curated atlas when it covers the query), dp_accounting's
 ``calibrate_dp_mechanism`` with its PLD accountant (default settings), and an
 Opacus-style search (``get_noise_multiplier``'s doubling + bisection to
 epsilon_tolerance 0.01) over prv_accountant's upper bound.  Each returned sigma is
@@ -91,15 +91,25 @@ def opacus_style(eps, delta, q, steps, epsilon_tolerance=0.01):
     return hi, time.perf_counter() - t0, f"{n} prv_accountant evals"
 
 
+def _atlas_covers(atlas, eps, delta, q, steps) -> bool:
+    from pldlib.atlas import AtlasRangeError
+
+    try:
+        atlas.sigma_for(eps, delta, q, steps)
+    except (AtlasRangeError, ValueError):
+        return False
+    return True
+
+
 def run(out: Path) -> int:
     rows = []
     table = None
     try:
-        from pldlib.tables import default_table_path, open_table
+        from pldlib.atlas import default_atlas_path, open_atlas
 
-        p = default_table_path()
-        table = open_table(p) if p else None
-    except Exception:
+        p = default_atlas_path()
+        table = open_atlas(p) if p else None
+    except (OSError, ValueError):
         table = None
     verdicts = []
     for eps, delta, q, steps in CASES:
@@ -109,8 +119,8 @@ def run(out: Path) -> int:
                  lambda: ours(eps, delta, q, steps, tol=1e-5, certify_lower=False)),
                 ("pldlib calibrate (tol 3e-6, no infeasibility certificate)",
                  lambda: ours(eps, delta, q, steps, tol=3e-6, certify_lower=False))]
-        if table is not None and table.covers(eps, delta, q, steps):
-            runs.append(("pldlib calibrate, table seed", lambda: ours(eps, delta, q, steps, table=table)))
+        if table is not None and _atlas_covers(table, eps, delta, q, steps):
+            runs.append(("pldlib calibrate, atlas seed", lambda: ours(eps, delta, q, steps, table=table)))
         try:
             import dp_accounting  # noqa: F401
             runs.append(("dp_accounting calibrate_dp_mechanism", lambda: dp_accounting_calibrate(eps, delta, q, steps)))

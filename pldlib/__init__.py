@@ -14,7 +14,7 @@ Public API (thin re-exports over the modules that hold the maths):
 * answers: :class:`Interval` (lower, upper), :class:`Estimate` (lower, estimate, upper)
 * calibration: :func:`calibrate`, :func:`get_noise_multiplier`
 * sampling schemes: :mod:`pldlib.sampling` (registry: :func:`pldlib.sampling.scheme_names`)
-* lookup tables: ``pldlib.tables.open(path).sigma_for(epsilon, delta, q, steps, ...)``
+* sigma look-ups: ``pldlib.atlas.open_atlas(path).sigma_for(epsilon, delta, q, steps, ...)``
 """
 from ._validate import GridTooLargeError, PrecisionLimitError
 from .events import (
@@ -35,7 +35,7 @@ from .methods import Accountant, Estimate, Interval, UnsupportedEventError, make
 from .pld.accountant import PLDAccountant, account, account_steps
 from .calibrate import CalibrationResult, calibrate, get_noise_multiplier
 from . import sampling  # noqa: F401
-from . import tables  # noqa: F401  (pldlib.tables.open(path): certified sigma lookup tables)
+from . import atlas  # noqa: F401  (pldlib.atlas.open_atlas(path): certified sigma look-ups)
 from .profiles import (
     FiniteProfile,
     GaussianProfile,

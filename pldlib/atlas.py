@@ -115,12 +115,20 @@ class Atlas:
         p = os.fspath(path)
         if not Path(p).exists():
             raise FileNotFoundError(f"no atlas at {p!r}")
-        with np.load(p) as z:
-            meta = json.loads(bytes(z["meta"]).decode())
-            if meta.get("format") != ATLAS_FORMAT:
-                raise ValueError(f"{p}: not a pldlib atlas of format {ATLAS_FORMAT}")
-            axes = {a: z[f"axis_{a}"] for a in ATLAS_AXES}
-            tables = {tuple(k): (z[f"upper_{i}"], z[f"lower_{i}"]) for i, k in enumerate(meta.pop("keys"))}
+        import zipfile
+
+        try:
+            with np.load(p) as z:
+                meta = json.loads(bytes(z["meta"]).decode())
+                if meta.get("format") != ATLAS_FORMAT:
+                    raise ValueError(f"{p}: not a pldlib atlas of format {ATLAS_FORMAT}")
+                axes = {a: z[f"axis_{a}"] for a in ATLAS_AXES}
+                tables = {tuple(k): (z[f"upper_{i}"], z[f"lower_{i}"]) for i, k in enumerate(meta.pop("keys"))}
+        except (zipfile.BadZipFile, KeyError, AttributeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{p}: not a pldlib atlas (.npz from python -m sweeps.atlas export): {e}") from None
+        except IsADirectoryError:
+            raise ValueError(f"{p}: a directory, not a pldlib atlas (.npz); the zarr sigma tables of "
+                             "earlier versions are replaced by atlases (README: The eps atlas)") from None
         return cls(axes, tables, meta)
 
     # -- look-ups --------------------------------------------------------------------

@@ -13,8 +13,8 @@ certified:
 The search stops when sigma_hi / sigma_lo <= 1 + tol, so the returned sigma is
 certified (its upper eps meets the target) AND within ``tol`` of the true
 smallest sigma (which lies in (sigma_lo, sigma_hi]).  Steering uses secant
-steps on (log sigma, log eps), seeded by a Gaussian-DP (CLT) estimate or a
-lookup table, so typical calls need a handful of evaluations.  (The
+steps on (log sigma, log eps), seeded by a Gaussian-DP (CLT) estimate or
+the eps atlas's estimate, so typical calls need a handful of evaluations.  (The
 saddle-point accountant would be a closer seed, but its CGF tabulation costs
 ~1.2 s per sigma, more than a whole calibration.)
 """
@@ -163,11 +163,10 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     tol : relative tolerance on sigma, in [1e-8, 0.1] (the result is within tol of the true optimum
         when ``sigma_lower`` is not None and ``sigma / sigma_lower <= 1 + tol``, which is
         the normal outcome; a ``sigma_lower`` further away still bounds the optimum)
-    sigma_guess : optional starting point (else a lookup table or the GDP estimate)
+    sigma_guess : optional starting point (else the atlas's estimate or the GDP estimate)
     interval : starting grid spacing of the PLD accountant (refined as needed)
-    table : an opened eps atlas (:mod:`pldlib.atlas`: its interpolated estimate, capped by its
-        certified sigma, seeds the search) or lookup table (:mod:`pldlib.tables`) used as a seed
-        when it covers the query
+    table : an opened eps atlas (:func:`pldlib.atlas.open_atlas`: its interpolated estimate,
+        capped by its certified sigma, seeds the search when it covers the query)
     certify_lower : also certify that sigma / (1 + tol) does NOT meet the target (the
         proof that the answer is within tol of the optimum; costs one or two more
         evaluations).  None (default): certify it unless that alone would force a grid
@@ -224,25 +223,15 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         seed, seed_kind = V.positive_finite("sigma_guess", sigma_guess), "guess"
     elif group > 1:  # tables and atlases are example-level: the GDP seed of a group-sized sensitivity
         seed = group * seed_sigma(epsilon, delta, q, steps, samp, relation)
-    elif table is not None and samp != "none" and hasattr(table, "tables"):  # an eps atlas (pldlib.atlas)
+    elif table is not None and samp != "none":  # an eps atlas (pldlib.atlas)
+        if not hasattr(table, "sigma_for") or not hasattr(table, "tables"):
+            raise TypeError(f"table: an eps atlas (pldlib.atlas.open_atlas(path)), got {type(table).__name__}")
         try:
             ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)
             if math.isfinite(ans.estimate):
                 # the interpolated estimate, capped by the atlas's certified sigma
                 seed, seed_kind = min(ans.estimate, ans.sigma) if math.isfinite(ans.sigma) else ans.estimate, "atlas"
         except ValueError:
-            seed = None
-    elif table is not None and samp != "none":
-        try:
-            ans = table.sigma_for(epsilon, delta, q, steps, samp, relation)
-            if ans.exact:  # a grid point: the stored sigma is within ~1% of the answer
-                seed, seed_kind = ans.sigma, "table"
-            else:
-                # certified for a safe-side neighbour of the query, so an over-estimate
-                # that can be far off (epsilon 6 rounds down to 4): it caps the estimate
-                est = seed_sigma(epsilon, delta, q, steps, samp, relation)
-                seed, seed_kind = (ans.sigma, "table") if ans.sigma < est else (est, "gdp (table cap)")
-        except (ValueError, KeyError):
             seed = None
     if seed is None:
         seed = seed_sigma(epsilon, delta, q, steps, samp, relation)

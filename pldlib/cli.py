@@ -334,15 +334,14 @@ def _add_calibrate(sub) -> None:
     pc.add_argument("--tol", type=_positive_finite, default=1e-3,
                     help="relative tolerance on sigma (default 1e-3)")
     pc.add_argument("--table", default=None, metavar="PATH",
-                    help="eps atlas (.npz) or sigma lookup table (zarr) used as a seed when it covers "
-                         "the query (default: the curated atlas or table shipped under results/, if present)")
-    pc.add_argument("--no-table", action="store_true", help="do not seed from a lookup table")
+                    help="eps atlas (.npz, pldlib.atlas) used as a seed when it covers the query "
+                         "(default: the curated atlas shipped under results/atlas/, if present)")
+    pc.add_argument("--no-table", action="store_true", help="do not seed from the atlas")
     pc.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def _run_calibrate(args) -> int:
     from .calibrate import MAX_EPSILON, TOL_RANGE, calibrate
-    from . import tables
 
     if args.epsilon > MAX_EPSILON:
         raise UsageError(f"argument --epsilon: must be <= {MAX_EPSILON:g} for calibration, got {args.epsilon:g} "
@@ -361,12 +360,11 @@ def _run_calibrate(args) -> int:
     if not args.no_table:
         from .atlas import default_atlas_path, open_atlas
 
-        path = args.table if args.table is not None else (default_atlas_path() or tables.default_table_path())
+        path = args.table if args.table is not None else default_atlas_path()
         if path is not None:
             try:
-                # an atlas (.npz, numpy only) or a sigma table (zarr)
-                table = open_atlas(path) if str(path).endswith(".npz") else tables.open_table(path)
-            except (OSError, ValueError) as e:
+                table = open_atlas(path)  # (.npz, numpy only)
+            except (OSError, ValueError, KeyError) as e:
                 if args.table is not None:  # asked for explicitly: a bad path is bad input
                     raise UsageError(f"argument --table: cannot read {args.table!r}: {e}") from None
     table_seconds = time.perf_counter() - t0

@@ -1,13 +1,10 @@
 """``sweeps`` command line: run / status / show / plot / report / demo.
 
-Exit status: 0 success; 1 a run ended with failed (or lost) blocks (a table
-build: entries without a certified sigma); 2 bad input (one stderr line naming
-the problem; nothing written); 130 interrupted.
+Exit status: 0 success; 1 a run ended with failed (or lost) blocks; 2 bad
+input (one stderr line naming the problem; nothing written); 130 interrupted.
 
-``sweeps run CONFIG`` with a ``kind: sigma_table`` config builds a certified
-sigma lookup table (:mod:`sweeps.tables`; same --workers / --scheduler /
---store / --restart / --retries / --no-progress); ``status`` and ``show``
-understand table stores.
+Sigma look-up tables are ordinary sweeps (an *atlas*: ``sweeps run
+configs/atlas.yaml``, then ``python -m sweeps.atlas export``; :mod:`sweeps.atlas`).
 """
 from __future__ import annotations
 
@@ -28,9 +25,9 @@ def _build() -> argparse.ArgumentParser:
     p = _Parser(prog="sweeps", description="Batch DP-accounting sweeps on Dask, stored in zarr.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
-    r = sub.add_parser("run", help="run or resume a sweep (or build a sigma table) from a YAML config")
-    r.add_argument("config", help="YAML config file (see configs/demo.yaml; a config with kind: sigma_table, "
-                                  "e.g. configs/sigma_table.yaml, builds a certified sigma lookup table)")
+    r = sub.add_parser("run", help="run or resume a sweep from a YAML config")
+    r.add_argument("config", help="YAML config file (see configs/demo.yaml; configs/atlas.yaml is the sweep "
+                                  "behind the sigma look-up atlas)")
     r.add_argument("--scheduler", metavar="ADDR",
                    help="address of an existing Dask scheduler (default: DASK_SCHEDULER_ADDRESS / "
                         "Dask config, else an embedded LocalCluster)")
@@ -56,11 +53,10 @@ def _build() -> argparse.ArgumentParser:
     r.add_argument("--takeover", action="store_true",
                    help="take the store's lease from another driver that still looks alive")
 
-    s = sub.add_parser("status", help="done / failed / missing counts of a store (sweep or sigma table)")
+    s = sub.add_parser("status", help="done / failed / missing counts of a store")
     s.add_argument("store")
 
-    sh = sub.add_parser("show", help="tables of [eps_lower, eps_upper], steps x delta (of a sigma table: "
-                                     "certified sigma, steps x q)")
+    sh = sub.add_parser("show", help="tables of [eps_lower, eps_upper], steps x delta")
     sh.add_argument("store")
     sh.add_argument("--sel", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                     help="select values, e.g. --sel sigma=0.6 q=0.01 (numbers match within 1%%)")
@@ -112,36 +108,6 @@ def _check_out_file(out) -> None:
         raise _OutError(f"--out: cannot write {out!r} (permission denied or not a directory)")
 
 
-def _run_table(args) -> int:
-    """``sweeps run`` of a ``kind: sigma_table`` config: the table builder (sweeps.tables)."""
-    from .config import ConfigError
-    from .tables import build_table, entry_counts, summary
-
-    if args.quick:
-        raise ConfigError("quick", "--quick: a sigma table config has no quick variant "
-                                   "(configs/sigma_table_test.yaml is a small table)")
-    path = build_table(args.config, store=args.store, workers=args.workers, scheduler=args.scheduler,
-                       restart=args.restart, progress=not args.no_progress, retries=args.retries)
-    print(summary(path))
-    n = entry_counts(path)
-    return 0 if n["ok"] == n["total"] else 1
-
-
-def _table_store_command(args) -> int:
-    """status / show of a sigma table store; plot / report point elsewhere (exit 2)."""
-    from .tables import show_text, summary
-
-    if args.cmd == "status":
-        print(summary(args.store))
-        return 0
-    if args.cmd == "show":
-        print(show_text(args.store, args.sel), end="")
-        return 0
-    return _bad(f"{args.store!r} is a sigma table (pldlib.sigma_table), not a sweep: `sweeps {args.cmd}` "
-                "works on sweep stores; use `sweeps show STORE` (sigma by steps x q) or "
-                "pldlib.tables.open(STORE).sigma_for(...)")
-
-
 def main(argv=None) -> int:
     args = _build().parse_args(argv)
     from .config import ConfigError
@@ -160,11 +126,9 @@ def main(argv=None) -> int:
                 return _bad("--max-cells: must be >= 1")
             if not args.worker_timeout > 0:
                 return _bad("--worker-timeout: must be > 0")
-            from .config import config_kind, parse_config, read_config_data
+            from .config import parse_config, read_config_data
 
             data = read_config_data(args.config)
-            if config_kind(data) == "sigma_table":
-                return _run_table(args)
             from .preflight import check_size, estimate_data
 
             # before the grid is expanded or anything allocated: counted from the YAML as written
@@ -184,11 +148,6 @@ def main(argv=None) -> int:
             else:
                 print(f"nothing to do: all {rep.n_blocks} blocks of {rep.store} are done")
             return 0 if rep.complete else 1
-        if args.cmd in ("status", "show", "plot", "report"):
-            from .tables import is_table_store
-
-            if is_table_store(args.store):
-                return _table_store_command(args)
         if args.cmd == "status":
             from .lease import mark_abandoned
             from .report import status_summary, status_text

@@ -57,7 +57,7 @@ from pldlib.sampling import sampling_names  # noqa: E402
 
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
-    "config_kind", "tradeoff_curve_spec", "TRADEOFF_CURVE_DEFAULTS", "GRID_EXTRA",
+    "tradeoff_curve_spec", "TRADEOFF_CURVE_DEFAULTS", "GRID_EXTRA",
     "AXES", "MECHANISMS", "SAMPLINGS", "RELATIONS",
 ]
 
@@ -393,12 +393,11 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
 
     if not isinstance(data, dict):
         raise ConfigError("config", f"must be a mapping of keys (name, grid, ...), got {type(data).__name__}")
-    if "kind" in data:  # only table configs have one; say so instead of "unknown key"
-        if config_kind(data) == "sigma_table":
-            raise ConfigError("kind", "this is a sigma table config (kind: sigma_table), not a sweep: build "
-                                      "it with `sweeps run CONFIG` or `python -m sweeps.tables run CONFIG`")
-        raise ConfigError("kind", f"unknown config kind {data['kind']!r} (a sweep config has no kind:; "
-                                  "a table config has kind: sigma_table)")
+    if "kind" in data:  # the retired table configs had one; say so instead of "unknown key"
+        if data.get("kind") == "sigma_table":
+            raise ConfigError("kind", "sigma_table configs are retired: sigma look-ups now invert an ordinary "
+                                      "sweep (an atlas: configs/atlas.yaml, then python -m sweeps.atlas export)")
+        raise ConfigError("kind", f"unknown key (a sweep config has no kind:; got {data['kind']!r})")
     for k in data:
         if k not in TOP_KEYS:
             raise ConfigError(str(k), f"unknown key (known: {', '.join(TOP_KEYS)})")
@@ -538,12 +537,6 @@ def tradeoff_curve_spec(spec, fld: str = "report.tradeoff_curve") -> dict:
 def load_config(path: str | os.PathLike, quick: bool = False) -> SweepConfig:
     """Read and validate a YAML config file (``quick``: its ``quick:`` variant)."""
     return parse_config(read_config_data(path), source=str(Path(path)), quick=quick)
-
-
-def config_kind(data) -> str:
-    """``'sigma_table'`` for a table config (``kind: sigma_table``, built by
-    :mod:`sweeps.tables`), else ``'sweep'`` (a sweep config has no ``kind:``)."""
-    return "sigma_table" if isinstance(data, dict) and data.get("kind") == "sigma_table" else "sweep"
 
 
 def read_config_data(path: str | os.PathLike):

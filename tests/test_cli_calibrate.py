@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pldlib
@@ -67,3 +68,22 @@ def test_module_entry_point():
     r = subprocess.run([sys.executable, "-m", "pldlib", "calibrate", "--epsilon", "1", "--delta", "1e-5",
                         "--steps", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--steps" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["directory", "text", "npz_without_meta"])
+def test_calibrate_table_that_is_not_an_atlas_exit_2(kind, tmp_path, capsys):
+    """--table must be an atlas .npz: a directory (e.g. a zarr sigma table of earlier versions),
+    a text file or another .npz is bad input naming --table, not a traceback."""
+    if kind == "directory":
+        path = tmp_path / "sigma_table.zarr"
+        path.mkdir()
+    elif kind == "text":
+        path = tmp_path / "atlas.npz"
+        path.write_text("not an archive")
+    else:
+        path = tmp_path / "other.npz"
+        np.savez(path, x=np.arange(3))
+    code, out, err = run_main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--steps", "10", "--q", "0.01",
+                               "--table", str(path)], capsys)
+    assert code == 2 and out == ""
+    assert "--table" in err and "atlas" in err and err.count("\n") == 1

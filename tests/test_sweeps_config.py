@@ -152,3 +152,10 @@ def test_yaml_roundtrip_of_canonical():
     data = yaml.safe_load(cfg.to_yaml())  # what the store keeps in attrs["sweeps_config"]
     data.pop("format")
     assert parse_config(data).fingerprint() == cfg.fingerprint()
+
+
+def test_retired_sigma_table_config_says_what_replaces_it():
+    """A config with the retired ``kind: sigma_table`` gets an error naming ``kind`` and the atlas."""
+    with pytest.raises(ConfigError) as e:
+        parse_config({"kind": "sigma_table", "name": "t", "grid": {}})
+    assert "kind" in str(e.value) and "atlas" in str(e.value)
