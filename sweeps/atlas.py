@@ -10,7 +10,7 @@ random off-grid queries against the accountant and ``pldlib.calibrate``.
 
 Command line::
 
-    python -m sweeps.atlas export results/atlas/atlas.zarr results/atlas/atlas.npz
+    python -m sweeps.atlas export results/atlas/atlas.zarr [MORE.zarr ...] results/atlas/atlas.npz
     python -m sweeps.atlas verify results/atlas/atlas.npz --n 200 --seed 0 [--calibrate]
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-__all__ = ["export", "atlas_from_store", "verify", "main"]
+__all__ = ["export", "atlas_from_store", "merge_atlases", "verify", "main"]
 
 
 def atlas_from_store(store: str, method: str = "pld"):
@@ -61,9 +61,69 @@ def atlas_from_store(store: str, method: str = "pld"):
     return Atlas(axes, tables, meta)
 
 
-def export(store: str, out: str, method: str = "pld") -> "object":
-    """Write the atlas of ``store`` to ``out`` (``.npz``); returns the :class:`Atlas`."""
-    atlas = atlas_from_store(store, method)
+#: axis values of different stores within this relative distance are the same grid point
+_SAME = 1e-9
+
+
+def _union_axis(values: list) -> np.ndarray:
+    """Sorted union of several axes, values within _SAME (relative) of each other merged."""
+    allv = np.sort(np.concatenate([np.asarray(v, dtype=float) for v in values]))
+    out = [allv[0]]
+    for x in allv[1:]:
+        if abs(x - out[-1]) > _SAME * max(abs(x), abs(out[-1])):
+            out.append(x)
+    return np.array(out)
+
+
+def _positions(axis: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Index in ``axis`` of each of ``values`` (each is within _SAME of one point)."""
+    idx = np.clip(np.searchsorted(axis, values * (1 - _SAME)), 0, axis.size - 1)
+    if not np.all(np.abs(axis[idx] - values) <= _SAME * np.abs(values)):
+        raise AssertionError("axis values lost in the union")  # (never: the union holds them)
+    return idx
+
+
+def merge_atlases(atlases: list):
+    """One :class:`pldlib.atlas.Atlas` on the union of the grids of ``atlases`` (sweeps of
+    the same mechanism over different, e.g. adjacent, parts of a grid).  A cell takes the value
+    of the atlas that computed it; cells no atlas computed are NaN (look-ups skip them: a NaN
+    upper bound certifies nothing).  Two atlases computing the same cell must agree (the same
+    sweep of the same code gives the same numbers); else ValueError."""
+    from pldlib.atlas import ATLAS_AXES, Atlas
+
+    if len(atlases) == 1:
+        return atlases[0]
+    axes = {a: _union_axis([at.axes[a] for at in atlases]) for a in ATLAS_AXES}
+    shape = tuple(axes[a].size for a in ATLAS_AXES)
+    keys = list(dict.fromkeys(k for at in atlases for k in at.tables))
+    tables = {}
+    for key in keys:
+        up = np.full(shape, np.nan)
+        lo = np.full(shape, np.nan)
+        for at in atlases:
+            if key not in at.tables:
+                continue
+            ix = np.ix_(*[_positions(axes[a], at.axes[a]) for a in ATLAS_AXES])
+            u, l = at.tables[key]
+            for dst, src, what in ((up, u, "eps_upper"), (lo, l, "eps_lower")):
+                cur = dst[ix]
+                both = np.isfinite(cur) & np.isfinite(src)
+                if np.any(both & (np.abs(cur - src) > 1e-12 * np.maximum(np.abs(cur), 1.0))):
+                    raise ValueError(f"{key}: the stores disagree on {what} at shared cells")
+                dst[ix] = np.where(np.isfinite(src), src, cur)
+        tables[key] = (up, lo)
+    meta = {"source_store": [at.meta.get("source_store", "") for at in atlases],
+            "fingerprint": [at.meta.get("fingerprint", "") for at in atlases],
+            "method": atlases[0].meta.get("method", "pld"),
+            "pldlib_version": atlases[0].meta.get("pldlib_version", ""), "exported_at": time.time()}
+    return Atlas(axes, tables, meta)
+
+
+def export(store, out: str, method: str = "pld") -> "object":
+    """Write the atlas of ``store`` (a path, or a list of paths: their union, :func:`merge_atlases`)
+    to ``out`` (``.npz``); returns the :class:`Atlas`."""
+    stores = [store] if isinstance(store, (str, bytes)) or not hasattr(store, "__iter__") else list(store)
+    atlas = merge_atlases([atlas_from_store(str(s), method) for s in stores])
     atlas.save(out)
     return atlas
 
@@ -162,8 +222,8 @@ def _timings(atlas_path: str, atlas, rng) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sweeps.atlas", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    pe = sub.add_parser("export", help="sweep store -> atlas .npz")
-    pe.add_argument("store")
+    pe = sub.add_parser("export", help="sweep store(s) -> atlas .npz (several stores: the union of their grids)")
+    pe.add_argument("stores", nargs="+", metavar="STORE")
     pe.add_argument("out")
     pe.add_argument("--method", default="pld")
     pv = sub.add_parser("verify", help="re-check random off-grid queries")
@@ -180,7 +240,7 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     try:
         if a.cmd == "export":
-            atlas = export(a.store, a.out, a.method)
+            atlas = export(a.stores, a.out, a.method)
             print(f"wrote {a.out}: {atlas!r}")
             return 0
         res = verify(a.atlas, a.n, a.seed, a.sampling, a.relation, a.calibrate)

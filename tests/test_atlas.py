@@ -126,3 +126,42 @@ def test_a_bad_file_is_a_clear_error(tmp_path):
         open_atlas(tmp_path / "none.npz")
     with pytest.raises(ValueError, match="strictly increasing"):
         Atlas({"sigma": [2.0, 1.0], "q": [0.1], "steps": [1.0], "delta": [1e-5]}, {})
+
+
+def _sub_atlas(a, sl):
+    """The part of atlas ``a`` on index ranges ``sl`` (one slice per axis)."""
+    from pldlib.atlas import ATLAS_AXES
+
+    axes = {ax: a.axes[ax][s] for ax, s in zip(ATLAS_AXES, sl)}
+    return Atlas(axes, {k: (u[tuple(sl)], l[tuple(sl)]) for k, (u, l) in a.tables.items()}, dict(a.meta))
+
+
+def test_atlases_of_parts_of_a_grid_merge_into_the_whole(atlas_path, tmp_path):
+    """Three parts of the test atlas (two sigma ranges at all q, and the remaining q at the other
+    sigmas; overlapping on one sigma) merge back into exactly the whole; axis values differing by
+    round-off (1e-13 relative) are one grid point; stores that disagree on a shared cell are refused."""
+    from sweeps.atlas import merge_atlases
+
+    a = open_atlas(atlas_path)
+    ns, nq = a.axes["sigma"].size, a.axes["q"].size
+    every = slice(None)
+    p1 = _sub_atlas(a, [slice(0, ns // 2 + 1), slice(0, nq - 1), every, every])
+    p2 = _sub_atlas(a, [slice(ns // 2, ns), slice(0, nq - 1), every, every])
+    p3 = _sub_atlas(a, [every, slice(nq - 1, nq), every, every])
+    p2.axes["sigma"] = p2.axes["sigma"] * (1 + 1e-13)  # the same points, computed another way
+    m = merge_atlases([p1, p2, p3])
+    for ax in a.axes:
+        np.testing.assert_allclose(m.axes[ax], a.axes[ax], rtol=1e-12)
+    for key, (u, l) in a.tables.items():
+        mu, ml = m.tables[key]
+        np.testing.assert_array_equal(mu, u)
+        np.testing.assert_array_equal(ml, l)
+    # a cell no part computed stays NaN: certified look-ups skip it
+    m2 = merge_atlases([p1, p3])
+    key = next(iter(a.tables))
+    assert np.all(np.isnan(m2.tables[key][0][ns // 2 + 1:, : nq - 1]))
+    bad = _sub_atlas(a, [slice(0, 2), every, every, every])
+    u, l = bad.tables[key]
+    bad.tables[key] = (u * 1.01, l)
+    with pytest.raises(ValueError, match="disagree"):
+        merge_atlases([a, bad])
