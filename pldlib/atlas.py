@@ -219,10 +219,12 @@ class Atlas:
         with np.errstate(divide="ignore", invalid="ignore"):
             mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
             lmid = np.log(mid)
+        # (q, steps, delta, sigma), contiguous: a corner's gather below reads whole sigma rows
+        lmid_t = np.ascontiguousarray(np.moveaxis(lmid, 0, -1))
         out = np.full(e.size, np.nan)
         n = e.size
-        for s in range(0, n, 20_000):
-            sl = slice(s, min(n, s + 20_000))
+        for s in range(0, n, 2_000):  # (blocks that stay in cache: 3x faster than 20,000)
+            sl = slice(s, min(n, s + 2_000))
             corners = []
             for name, x in (("q", qq[sl]), ("steps", k[sl]), ("delta", d[sl])):
                 g = self._log[name]
@@ -237,7 +239,7 @@ class Atlas:
             for ia, fa in ((a0, 1 - wa), (a1, wa)):
                 for ib, fb in ((b0, 1 - wb), (b1, wb)):
                     for ic, fc in ((c0, 1 - wc), (c1, wc)):
-                        acc += (fa * fb * fc)[:, None] * lmid[:, ia, ib, ic].T
+                        acc += (fa * fb * fc)[:, None] * lmid_t[ia, ib, ic]
             # invert log eps(log sigma) (decreasing) at log epsilon, per query
             target = np.log(e[sl])[:, None]
             ls = self._log["sigma"]
