@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -401,6 +402,7 @@ class _Batch:
 
 
 _BATCHES: "collections.OrderedDict | None" = None
+_BATCHES_LOCK = threading.Lock()
 
 
 def _batch(sides: list[_Side]) -> _Batch | None:
@@ -413,13 +415,16 @@ def _batch(sides: list[_Side]) -> _Batch | None:
     if _BATCHES is None:
         _BATCHES = collections.OrderedDict()
     key = tuple((id(sd.masses), sd.start) for sd in sides)
-    hit = _BATCHES.get(key)
-    if hit is not None:
-        _BATCHES.move_to_end(key)
-        return hit
-    b = _BATCHES[key] = _Batch(sides)  # (b.sides keeps the mass arrays alive: their ids stay unique)
-    while len(_BATCHES) > 4:
-        _BATCHES.popitem(last=False)
+    with _BATCHES_LOCK:  # (accountants may run on several threads of one worker)
+        hit = _BATCHES.get(key)
+        if hit is not None:
+            _BATCHES.move_to_end(key)
+            return hit
+    b = _Batch(sides)
+    with _BATCHES_LOCK:
+        _BATCHES[key] = b  # (b.sides keeps the mass arrays alive: their ids stay unique)
+        while len(_BATCHES) > 4:
+            _BATCHES.popitem(last=False)
     return b
 
 
