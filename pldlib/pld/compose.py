@@ -309,6 +309,13 @@ _BATCH_FLUSH = -690.0
 _BATCH_MIN_SUM = 1e-200
 
 
+def _lmgf_slack(n: int, c: float, t: float, eps: np.ndarray) -> float:
+    """Round-off allowance of a computed ln M = c + ln S over n terms at tilt t (lattice
+    ``eps``): the sum's relative 2 (n + 8) u and the exponents' absolute 4 u (|c| + |t| max|eps|
+    + 1) (docs/MATH.md 4.3)."""
+    return 2.0 * (n + 8) * _U + 4.0 * _U * (abs(c) + abs(t) * max(abs(float(eps[0])), abs(float(eps[-1]))) + 1.0)
+
+
 class _Batch:
     """The sides of one composition (one grid spacing h) evaluated together: ln M_m(t) and the
     tilted moments for every side m at once (a matrix-vector product per block of sides and per
@@ -339,7 +346,7 @@ class _Batch:
                 sd = sides[r]
                 M[i, sd.start - g0 : sd.start - g0 + sd.masses.size] = sd.masses
             eps = (g0 + np.arange(g1 - g0)) * sides[0].h
-            self.blocks.append((rows, M, eps, 2.0 * (eps.size + 8) * _U))
+            self.blocks.append((rows, M, eps))
         self._mom: dict = {}
 
     @staticmethod
@@ -359,19 +366,16 @@ class _Batch:
             if not math.isfinite(t):
                 out[:, j] = [float(sd.log_mgf(t)[0]) for sd in self.sides]
                 continue
-            for rows, M, eps, slack in self.blocks:
+            for rows, M, eps in self.blocks:
                 c, w = self._weights(float(t), eps)
                 S = M @ w
-                # round-off: of the sum (relative, ``slack``) and of the exponents t eps_i and
-                # c + ln S (absolute, a few u times their size)
-                r = slack + 4.0 * _U * (abs(c) + abs(float(t)) * float(np.max(np.abs(eps[[0, -1]]))) + 1.0)
+                r = _lmgf_slack(eps.size, c, float(t), eps)
                 with np.errstate(divide="ignore"):
                     col = c + np.log(np.maximum(S, 1e-300)) + (-r if down else r)
                 for i in np.nonzero(~(S >= _BATCH_MIN_SUM))[0]:
                     sd = self.sides[rows[i]]
                     v = float(sd.log_mgf(t)[0])
-                    rv = 2.0 * (sd.masses.size + 8) * _U + 4.0 * _U * (
-                        abs(v) + abs(float(t)) * max(abs(float(sd.eps[0])), abs(float(sd.eps[-1]))) + 1.0)
+                    rv = _lmgf_slack(sd.masses.size, v, float(t), sd.eps)
                     col[i] = v - rv if down else v + rv
                 out[rows, j] = col
         return out
@@ -384,7 +388,7 @@ class _Batch:
             return hit
         m_all = np.empty(len(self.sides))
         v_all = np.empty(len(self.sides))
-        for rows, M, eps, _slack in self.blocks:
+        for rows, M, eps in self.blocks:
             c, w = self._weights(t, eps)
             S0 = M @ w
             with np.errstate(invalid="ignore", divide="ignore"):
