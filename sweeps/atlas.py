@@ -86,8 +86,9 @@ def _positions(axis: np.ndarray, values: np.ndarray) -> np.ndarray:
 def merge_atlases(atlases: list):
     """One :class:`pldlib.atlas.Atlas` on the union of the grids of ``atlases`` (sweeps of
     the same mechanism over different, e.g. adjacent, parts of a grid).  A cell takes the value
-    of the atlas that computed it; cells no atlas computed are NaN (look-ups skip them: a NaN
-    upper bound certifies nothing).  Two atlases computing the same cell must agree (the same
+    of the atlas that computed it; cells no atlas computed are NaN (look-ups read the
+    monotone envelope, :func:`pldlib.atlas.monotone_envelope`, which fills them soundly from the
+    computed cells that dominate them).  Two atlases computing the same cell must agree (the same
     sweep of the same code gives the same numbers); else ValueError."""
     from pldlib.atlas import ATLAS_AXES, Atlas
 

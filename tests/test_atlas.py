@@ -165,3 +165,50 @@ def test_atlases_of_parts_of_a_grid_merge_into_the_whole(atlas_path, tmp_path):
     bad.tables[key] = (u * 1.01, l)
     with pytest.raises(ValueError, match="disagree"):
         merge_atlases([a, bad])
+
+
+def test_monotone_envelope_is_the_orthant_extremum(tmp_path):
+    """U* = min of the upper table over sigma' <= sigma, q' >= q, steps' >= steps, delta' <= delta
+    and L* = max of the lower table over the mirrored orthant, NaN cells ignored: checked cell by
+    cell against a brute-force loop over the orthant."""
+    import itertools
+
+    from pldlib.atlas import monotone_envelope
+
+    rng = np.random.default_rng(3)
+    up = rng.random((4, 3, 5, 3))
+    lo = rng.random((4, 3, 5, 3))
+    up[rng.random(up.shape) < 0.35] = np.nan
+    lo[rng.random(lo.shape) < 0.35] = np.nan
+    U, L = monotone_envelope(up, lo)
+    assert np.isnan(up).sum() > 0 and np.isnan(U).sum() < np.isnan(up).sum()
+    for i, j, k, m in itertools.product(*map(range, up.shape)):
+        for env, sub, pick in ((U, up[: i + 1, j:, k:, : m + 1], np.nanmin), (L, lo[i:, : j + 1, : k + 1, m:], np.nanmax)):
+            want = pick(sub) if np.isfinite(sub).any() else np.nan
+            got = env[i, j, k, m]
+            assert (np.isnan(want) and np.isnan(got)) or want == got, (i, j, k, m)
+
+
+def test_cells_a_part_did_not_compute_are_filled_from_safe_side_neighbours(atlas_path):
+    """An atlas merged from parts on different grids: the part at q = 0.03 computed one steps value
+    and one delta only.  A query whose safe-side neighbours are missing cells is answered from the
+    dominating computed cells (the same sigma as without that part), one whose neighbours were
+    computed gets at most that sigma; the accountant re-checks both at the exact query."""
+    from sweeps.atlas import merge_atlases
+
+    a = open_atlas(atlas_path)
+    every = slice(None)
+    p1 = _sub_atlas(a, [every, [0, 2], every, every])  # q 0.01 and 0.1
+    p2 = _sub_atlas(a, [every, slice(1, 2), slice(1, 2), slice(1, 2)])  # q 0.03 at steps 100, delta 1e-5
+    m = merge_atlases([p1, p2])
+    assert np.isnan(m.tables[("poisson", "add_remove")][0]).any()
+    e = np.array([4.0, 2.0])
+    d = np.array([3e-6, 1e-5])
+    q = np.array([0.02, 0.02])
+    k = np.array([500, 50])
+    got, alone = m.sigma_for(e, d, q, k), p1.sigma_for(e, d, q, k)
+    assert np.all(np.isfinite(got.sigma)) and np.all(np.isfinite(alone.sigma))
+    assert got.sigma[0] == alone.sigma[0]  # holes: the q = 0.1 cells decide, as without the part
+    assert got.sigma[1] <= alone.sigma[1]
+    for i in range(2):
+        assert _check_upper(got.sigma[i], e[i], d[i], q[i], k[i]).upper <= e[i]
