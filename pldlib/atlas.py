@@ -77,6 +77,18 @@ def monotone_envelope(up: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.nd
     return u, l
 
 
+def _outward_float32(up: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 copies of certified bounds, rounded outward: ``up32 >= up``, ``lo32 <= lo``."""
+    up = np.asarray(up, dtype=np.float64)
+    lo = np.asarray(lo, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        u = up.astype(np.float32)
+        l = lo.astype(np.float32)
+    u = np.where(u.astype(np.float64) < up, np.nextafter(u, np.float32(np.inf)), u)
+    l = np.where(l.astype(np.float64) > lo, np.nextafter(l, np.float32(-np.inf)), l)
+    return u, l
+
+
 class AtlasRangeError(ValueError):
     """A query outside what the atlas covers (names the argument and the covered range)."""
 
@@ -145,14 +157,23 @@ class Atlas:
         return f"<Atlas {ax}; {keys}>"
 
     # -- files -----------------------------------------------------------------------
-    def save(self, path) -> None:
-        """Write a compressed ``.npz`` (numpy only; atomic: a temporary file then a rename)."""
+    def save(self, path, precision: str = "float64") -> None:
+        """Write a compressed ``.npz`` (numpy only; atomic: a temporary file then a rename).
+
+        ``precision="float32"`` halves the file and keeps the bounds certified: each upper
+        bound is rounded up and each lower bound down to the nearest float32 (a relative
+        loosening of at most 2^-23); look-ups compute in float64 either way.
+        """
+        if precision not in ("float64", "float32"):
+            raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
         arrays = {f"axis_{a}": self.axes[a] for a in ATLAS_AXES}
         keys = []
         for i, (key, (up, lo)) in enumerate(self.tables.items()):
+            if precision == "float32":
+                up, lo = _outward_float32(up, lo)
             arrays[f"upper_{i}"], arrays[f"lower_{i}"] = up, lo
             keys.append(list(key))
-        meta = {**self.meta, "format": ATLAS_FORMAT, "keys": keys}
+        meta = {**self.meta, "format": ATLAS_FORMAT, "keys": keys, "precision": precision}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         p = Path(path)
         tmp = p.with_name(p.name + ".tmp.npz")

@@ -120,12 +120,12 @@ def merge_atlases(atlases: list):
     return Atlas(axes, tables, meta)
 
 
-def export(store, out: str, method: str = "pld") -> "object":
+def export(store, out: str, method: str = "pld", precision: str = "float64") -> "object":
     """Write the atlas of ``store`` (a path, or a list of paths: their union, :func:`merge_atlases`)
     to ``out`` (``.npz``); returns the :class:`Atlas`."""
     stores = [store] if isinstance(store, (str, bytes)) or not hasattr(store, "__iter__") else list(store)
     atlas = merge_atlases([atlas_from_store(str(s), method) for s in stores])
-    atlas.save(out)
+    atlas.save(out, precision=precision)
     return atlas
 
 
@@ -227,6 +227,8 @@ def main(argv=None) -> int:
     pe.add_argument("stores", nargs="+", metavar="STORE")
     pe.add_argument("out")
     pe.add_argument("--method", default="pld")
+    pe.add_argument("--float32", action="store_true",
+                    help="store the bounds as float32 rounded outward (upper up, lower down): half the size")
     pv = sub.add_parser("verify", help="re-check random off-grid queries")
     pv.add_argument("atlas")
     pv.add_argument("--n", type=int, default=200)
@@ -241,7 +243,7 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     try:
         if a.cmd == "export":
-            atlas = export(a.stores, a.out, a.method)
+            atlas = export(a.stores, a.out, a.method, "float32" if a.float32 else "float64")
             print(f"wrote {a.out}: {atlas!r}")
             return 0
         res = verify(a.atlas, a.n, a.seed, a.sampling, a.relation, a.calibrate)

@@ -212,3 +212,47 @@ def test_cells_a_part_did_not_compute_are_filled_from_safe_side_neighbours(atlas
     assert got.sigma[1] <= alone.sigma[1]
     for i in range(2):
         assert _check_upper(got.sigma[i], e[i], d[i], q[i], k[i]).upper <= e[i]
+
+
+def test_a_float32_atlas_rounds_its_bounds_outward(atlas_path, tmp_path):
+    """--float32 halves the file: every upper bound is rounded up and every lower bound down to a
+    float32 (checked value by value against the float64 atlas), so its certified sigmas are never
+    below the float64 atlas's."""
+    from pldlib.atlas import _outward_float32
+
+    a = open_atlas(atlas_path)
+    p32 = tmp_path / "a32.npz"
+    a.save(p32, precision="float32")
+    b = open_atlas(p32)
+    assert b.meta["precision"] == "float32"
+    for key, (u, l) in a.tables.items():
+        u32, l32 = b.tables[key]
+        fin = np.isfinite(u)
+        assert np.array_equal(np.isnan(u), np.isnan(u32)) and np.array_equal(np.isnan(l), np.isnan(l32))
+        assert np.all(u32[fin] >= u[fin]) and np.all(u32[fin] <= u[fin] * (1 + 2.0**-22))
+        fin = np.isfinite(l)
+        assert np.all(l32[fin] <= l[fin]) and np.all(np.abs(l32[fin] - l[fin]) <= np.abs(l[fin]) * 2.0**-22)
+    # values that float32 rounds the wrong way, and beyond its range
+    x = np.array([0.1, 1 / 3, 2.0**-30 * 3.3, 1e39, -1e39, np.nan])
+    u32, l32 = _outward_float32(x, x)
+    assert np.all(u32[:5].astype(float) >= x[:5]) and np.all(l32[:5].astype(float) <= x[:5])
+    assert np.isnan(u32[5]) and np.isnan(l32[5])
+    rng = np.random.default_rng(11)
+    e = np.exp(rng.uniform(math.log(0.5), math.log(6), 50))
+    q = np.exp(rng.uniform(math.log(0.01), math.log(0.1), 50))
+    s64, s32 = a.sigma_for(e, 1e-6, q, 100).sigma, b.sigma_for(e, 1e-6, q, 100).sigma
+    both = np.isfinite(s64)
+    assert both.any() and np.all(s32[both] >= s64[both])
+    with pytest.raises(ValueError, match="precision"):
+        a.save(tmp_path / "x.npz", precision="float16")
+
+
+def test_export_cli_writes_float32_and_refuses_a_missing_store(atlas_path, tmp_path, capsys):
+    from sweeps.atlas import main
+
+    store = str(atlas_path).replace(".npz", ".zarr")
+    out = tmp_path / "cli32.npz"
+    assert main(["export", store, str(out), "--float32"]) == 0
+    assert open_atlas(out).meta["precision"] == "float32"
+    assert main(["export", str(tmp_path / "missing.zarr"), str(tmp_path / "m.npz")]) == 2
+    assert "error" in capsys.readouterr().err and not (tmp_path / "m.npz").exists()
