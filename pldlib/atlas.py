@@ -140,18 +140,19 @@ class Atlas:
 
     def envelope(self, sampling: str = "poisson", relation: str = "add_remove") -> tuple[np.ndarray, np.ndarray]:
         """The monotone envelope (:func:`monotone_envelope`) of one table, computed once."""
-        return self._prepared(sampling, relation)[:2]
+        up_t, lo_t, _ = self._prepared(sampling, relation)
+        return np.moveaxis(up_t, -1, 0), np.moveaxis(lo_t, -1, 0)
 
     def _prepared(self, sampling: str, relation: str) -> tuple:
-        """(U*, L*, log of the interval's midpoint as a contiguous (q, steps, delta, sigma)
-        array) of one table, computed once: look-ups read whole sigma rows of the last."""
+        """The monotone envelope (U*, L*) and the log of the interval's midpoint, each as a
+        contiguous (q, steps, delta, sigma) array, computed once: look-ups read whole sigma rows."""
         key = (sampling, relation)
         if key not in self._env:
             up, lo = monotone_envelope(*self.tables[key])
             with np.errstate(divide="ignore", invalid="ignore"):
                 mid = np.where(np.isfinite(lo) & (lo > 0), np.sqrt(np.maximum(lo, 1e-300) * up), up)
                 lmid_t = np.ascontiguousarray(np.moveaxis(np.log(mid), 0, -1))
-            self._env[key] = (up, lo, lmid_t)
+            self._env[key] = tuple(np.ascontiguousarray(np.moveaxis(x, 0, -1)) for x in (up, lo)) + (lmid_t,)
         return self._env[key]
 
     def __repr__(self) -> str:
@@ -261,18 +262,18 @@ class Atlas:
                     raise AtlasRangeError(f"{what}={val!r} is not in the atlas (it has {have})")
             raise AtlasRangeError(f"sampling={sampling!r} with relation={relation!r} is not in the atlas "
                                   f"(it has {have})")
-        up, lo, lmid_t = self._prepared(*key)
+        up_t, lo_t, lmid_t = self._prepared(*key)
         S = self.axes["sigma"]
         # certified: safe-side neighbours (q up, steps up, delta down)
         iq, ik, idd = self._index("q", qq, "up"), self._index("steps", k, "up"), self._index("delta", d, "down")
-        col = up[:, iq, ik, idd].T  # (n, S)
+        col = up_t[iq, ik, idd]  # (n, S)
         ok = col <= e[:, None]
         j = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
         sigma = np.where(j >= 0, S[np.maximum(j, 0)], np.nan)
         eps_up = np.where(j >= 0, col[np.arange(col.shape[0]), np.maximum(j, 0)], np.nan)
         # insufficient: the other neighbours (q down, steps down, delta up)
         jq, jk, jd = self._index("q", qq, "down"), self._index("steps", k, "down"), self._index("delta", d, "up")
-        lcol = lo[:, jq, jk, jd].T
+        lcol = lo_t[jq, jk, jd]
         bad = lcol > e[:, None]  # NaN compares False: unknown
         last = np.where(bad.any(axis=1), S.size - 1 - bad[:, ::-1].argmax(axis=1), -1)
         insufficient = np.where(last >= 0, S[np.maximum(last, 0)], np.nan)
