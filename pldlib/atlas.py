@@ -92,6 +92,50 @@ def _outward_float32(up: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.nda
     return u, l
 
 
+def _checked(key, up, lo, shape) -> tuple[np.ndarray, np.ndarray]:
+    up = np.asarray(up, dtype=float)
+    lo = np.asarray(lo, dtype=float)
+    if up.shape != shape or lo.shape != shape:
+        raise ValueError(f"atlas arrays for {key} must have shape {shape}")
+    return up, lo
+
+
+class _FileTables(dict):
+    """The tables of an atlas file, each (sampling, relation) decompressed on first use: a
+    look-up of one key does not pay for the others."""
+
+    def __init__(self, path: str, keys: list):
+        super().__init__({k: None for k in keys})
+        self.path, self.index, self.shape = path, {k: i for i, k in enumerate(keys)}, None
+
+    def __getitem__(self, key):
+        val = super().__getitem__(key)
+        if val is None:
+            i = self.index[key]
+            import zipfile
+            import zlib
+
+            try:
+                with np.load(self.path) as z:
+                    up, lo = z[f"upper_{i}"], z[f"lower_{i}"]
+                if not (isinstance(up, np.ndarray) and isinstance(lo, np.ndarray)):
+                    raise ValueError("a member is not a numpy array")
+            except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+                raise ValueError(f"{self.path}: cannot read the atlas's {key[0]}/{key[1]} table: {e}") from None
+            val = _checked(key, up, lo, self.shape)
+            super().__setitem__(key, val)
+        return val
+
+    def items(self):
+        return [(k, self[k]) for k in self.keys()]
+
+    def values(self):
+        return [self[k] for k in self.keys()]
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
 class AtlasRangeError(ValueError):
     """A query outside what the atlas covers (names the argument and the covered range)."""
 
@@ -127,13 +171,13 @@ class Atlas:
             if v.ndim != 1 or v.size < 1 or np.any(np.diff(v) <= 0):
                 raise ValueError(f"atlas axis {a} must be strictly increasing")
         shape = tuple(self.axes[a].size for a in ATLAS_AXES)
-        self.tables = {}
-        for key, (up, lo) in tables.items():
-            up = np.asarray(up, dtype=float)
-            lo = np.asarray(lo, dtype=float)
-            if up.shape != shape or lo.shape != shape:
-                raise ValueError(f"atlas arrays for {key} must have shape {shape}")
-            self.tables[tuple(key)] = (up, lo)
+        if isinstance(tables, _FileTables):  # read (and checked) one (sampling, relation) at a time
+            tables.shape = shape
+            self.tables = tables
+        else:
+            self.tables = {}
+            for key, (up, lo) in tables.items():
+                self.tables[tuple(key)] = _checked(key, up, lo, shape)
         self.meta = dict(meta or {})
         self._log = {a: np.log(self.axes[a]) for a in ATLAS_AXES}
         self._env = {}
@@ -197,7 +241,11 @@ class Atlas:
                 if meta.get("format") != ATLAS_FORMAT:
                     raise ValueError(f"{p}: not a pldlib atlas of format {ATLAS_FORMAT}")
                 axes = {a: z[f"axis_{a}"] for a in ATLAS_AXES}
-                tables = {tuple(k): (z[f"upper_{i}"], z[f"lower_{i}"]) for i, k in enumerate(meta.pop("keys"))}
+                keys = [tuple(k) for k in meta.pop("keys")]
+                names = set(z.files)
+                if not all(f"upper_{i}" in names and f"lower_{i}" in names for i in range(len(keys))):
+                    raise KeyError("a table named in the atlas's keys is missing")
+            tables = _FileTables(p, keys)
         except (zipfile.BadZipFile, KeyError, AttributeError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{p}: not a pldlib atlas (.npz from python -m sweeps.atlas export): {e}") from None
         except IsADirectoryError:

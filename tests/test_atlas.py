@@ -256,3 +256,19 @@ def test_export_cli_writes_float32_and_refuses_a_missing_store(atlas_path, tmp_p
     assert open_atlas(out).meta["precision"] == "float32"
     assert main(["export", str(tmp_path / "missing.zarr"), str(tmp_path / "m.npz")]) == 2
     assert "error" in capsys.readouterr().err and not (tmp_path / "m.npz").exists()
+
+
+def test_tables_are_read_on_first_use_and_a_damaged_one_is_a_clear_error(atlas_path, tmp_path):
+    import zipfile
+
+    bad = tmp_path / "damaged.npz"
+    with zipfile.ZipFile(atlas_path) as src, zipfile.ZipFile(bad, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, b"not an array" if name == "upper_0.npy" else src.read(name))
+    a = open_atlas(bad)  # opening reads the axes and the keys only
+    with pytest.raises(ValueError, match="cannot read the atlas's poisson/add_remove table"):
+        a.sigma_for(2.0, 3e-6, 0.02, 300)
+    good = open_atlas(atlas_path)
+    assert dict.__getitem__(good.tables, ("poisson", "add_remove")) is None  # not read yet
+    good.sigma_for(2.0, 3e-6, 0.02, 300)
+    assert dict.__getitem__(good.tables, ("poisson", "add_remove")) is not None
