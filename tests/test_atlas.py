@@ -272,3 +272,18 @@ def test_tables_are_read_on_first_use_and_a_damaged_one_is_a_clear_error(atlas_p
     assert dict.__getitem__(good.tables, ("poisson", "add_remove")) is None  # not read yet
     good.sigma_for(2.0, 3e-6, 0.02, 300)
     assert dict.__getitem__(good.tables, ("poisson", "add_remove")) is not None
+
+
+def test_verify_rechecks_random_queries_with_the_accountant(atlas_path):
+    """sweeps.atlas verify: every certified sigma of its random queries is re-checked by the
+    accountant at the exact query (none may fail), and the calibrate comparison is reported."""
+    from sweeps.atlas import verify
+
+    res = verify(str(atlas_path), n=4, seed=2, with_calibrate=True, out=io.StringIO())
+    fig, rows = res["figures"], res["rows"]
+    assert fig["queries"] == 4 and fig["violations"] == 0
+    for r in rows:
+        if math.isfinite(r["sigma"]):
+            assert r["check_upper"] <= r["epsilon"]
+            assert r["sigma"] >= r["calibrated"] * (1 - 1e-3)  # no certified sigma below the optimum
+    assert fig["lookup_100k_seconds"] > 0 and fig["open_and_query_beyond_import_seconds"] > 0
