@@ -48,7 +48,8 @@ import numpy as np
 
 from . import _validate as V
 
-__all__ = ["Atlas", "AtlasAnswer", "AtlasRangeError", "monotone_envelope", "open_atlas", "default_atlas_path", "ATLAS_AXES"]
+__all__ = ["Atlas", "AtlasAnswer", "AtlasRangeError", "monotone_envelope", "open_atlas", "default_atlas_path",
+           "ATLAS_AXES"]
 
 #: numeric axes of an atlas, in array order
 ATLAS_AXES = ("sigma", "q", "steps", "delta")
