@@ -183,7 +183,8 @@ def test_monotone_envelope_is_the_orthant_extremum(tmp_path):
     U, L = monotone_envelope(up, lo)
     assert np.isnan(up).sum() > 0 and np.isnan(U).sum() < np.isnan(up).sum()
     for i, j, k, m in itertools.product(*map(range, up.shape)):
-        for env, sub, pick in ((U, up[: i + 1, j:, k:, : m + 1], np.nanmin), (L, lo[i:, : j + 1, : k + 1, m:], np.nanmax)):
+        for env, sub, pick in ((U, up[: i + 1, j:, k:, : m + 1], np.nanmin),
+                               (L, lo[i:, : j + 1, : k + 1, m:], np.nanmax)):
             want = pick(sub) if np.isfinite(sub).any() else np.nan
             got = env[i, j, k, m]
             assert (np.isnan(want) and np.isnan(got)) or want == got, (i, j, k, m)
