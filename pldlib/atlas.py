@@ -13,7 +13,9 @@ post-processing argument, docs/MATH.md section 9.2), so
 
 * **certified sigma**: the smallest grid sigma whose certified ``eps_upper`` at
   the safe-side neighbours of the query (q up, steps up, delta down) is
-  ``<= epsilon``: its true eps at the query is below that upper bound;
+  ``<= epsilon``: its true eps at the query is below that upper bound.  Between
+  the grid deltas below and above the query the bound is the chord of the
+  convex delta(e^eps) (:func:`_delta_chord`), tighter than the delta-below value;
 * **certified insufficient sigma**: the largest grid sigma whose certified
   ``eps_lower`` at the other neighbours (q down, steps down, delta up) is
   ``> epsilon``: its true eps at the query is above it, and so is that of every
@@ -135,6 +137,24 @@ class _FileTables(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
+
+
+def _delta_chord(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Certified upper eps at delta = (1 - t) delta_i + t delta_j (delta_i < delta_j) from upper
+    bounds ``u_lo`` at delta_i and ``u_hi`` at delta_j (arrays (n, S); t of shape (n,)).
+
+    The hockey-stick divergence delta(alpha) = sup_S P(S) - alpha Q(S) is convex in alpha = e^eps
+    (a supremum of affine functions), and so is a maximum over directions.  The true curve has
+    delta(e^{u_lo}) <= delta_i and delta(e^{u_hi}) <= delta_j, so at alpha = (1 - t) e^{u_lo}
+    + t e^{u_hi} it is at most (1 - t) delta_i + t delta_j = delta: eps(delta) <= ln alpha
+    (docs/MATH.md 9.4).  Rounded up; where ``u_hi`` is unknown or t = 0, ``u_lo``.
+    """
+    t = np.clip(t, 0.0, 1.0)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = np.logaddexp(np.log1p(-t) + u_lo, np.log(t) + u_hi)
+    c = c + 8.0 * np.finfo(float).eps * np.abs(c) + 1e-300  # the log-sum-exp's round-off, outward
+    use = np.isfinite(c) & np.isfinite(u_lo) & (t > 0.0) & (c < u_lo)
+    return np.where(use, c, u_lo)
 
 
 class AtlasRangeError(ValueError):
@@ -317,11 +337,16 @@ class Atlas:
         iq, ik, idd = self._index("q", qq, "up"), self._index("steps", k, "up"), self._index("delta", d, "down")
         # insufficient: the other neighbours (q down, steps down, delta up)
         jq, jk, jd = self._index("q", qq, "down"), self._index("steps", k, "down"), self._index("delta", d, "up")
+        # ... and between the delta below and the delta above, the chord of the convex delta(e^eps)
+        D = self.axes["delta"]
+        idd_up = np.minimum(idd + 1, D.size - 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tchord = np.where(idd_up > idd, (d - D[idd]) / (D[idd_up] - D[idd]), 0.0)
         n = e.size
         sigma, eps_up, insufficient = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
         for s0 in range(0, n, _BLOCK):  # blocks of whole sigma rows that stay in cache
             b = slice(s0, min(n, s0 + _BLOCK))
-            col = up_t[iq[b], ik[b], idd[b]]  # (block, S)
+            col = _delta_chord(up_t[iq[b], ik[b], idd[b]], up_t[iq[b], ik[b], idd_up[b]], tchord[b])  # (block, S)
             ok = col <= e[b, None]
             j = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
             sigma[b] = np.where(j >= 0, S[np.maximum(j, 0)], np.nan)

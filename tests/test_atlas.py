@@ -288,3 +288,44 @@ def test_verify_rechecks_random_queries_with_the_accountant(atlas_path):
             assert r["check_upper"] <= r["epsilon"]
             assert r["sigma"] >= r["calibrated"] * (1 - 1e-3)  # no certified sigma below the optimum
     assert fig["lookup_100k_seconds"] > 0 and fig["open_and_query_beyond_import_seconds"] > 0
+
+
+def _eps_of(delta_fn, delta, hi=60.0):
+    """eps with delta_fn(eps) = delta, by bisection (delta_fn non-increasing)."""
+    lo_, hi_ = -5.0, hi
+    for _ in range(200):
+        mid = 0.5 * (lo_ + hi_)
+        lo_, hi_ = (mid, hi_) if delta_fn(mid) > delta else (lo_, mid)
+    return hi_
+
+
+def test_the_delta_chord_bounds_eps_between_grid_deltas():
+    """Between two grid deltas the look-up bounds eps by the chord of the convex delta(e^eps):
+    checked against the Gaussian mechanism's closed-form profile and against random discrete pairs
+    (hockey-stick divergence summed outcome by outcome), with the grid values rounded up as the
+    atlas's upper bounds are."""
+    from scipy.stats import norm
+
+    from pldlib.atlas import _delta_chord
+
+    def gauss(mu):
+        return lambda eps: norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+    rng = np.random.default_rng(5)
+    profiles = [gauss(mu) for mu in (0.3, 1.0, 2.5)]
+    for _ in range(6):
+        p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+        profiles.append(lambda eps, p=p, q=q: float(np.sum(np.maximum(p - math.exp(eps) * q, 0.0))))
+    gained = 0
+    for prof in profiles:
+        top = prof(0.0)
+        for di, dj in ((1e-6, 3e-6), (1e-4, 1e-3), (1e-3, 1e-2), (1e-2, 5e-2)):
+            if dj >= top:
+                continue
+            ui, uj = _eps_of(prof, di) * (1 + 1e-9), _eps_of(prof, dj) * (1 + 1e-9)
+            for delta in np.geomspace(di, dj, 9)[1:-1]:
+                t = np.array([(delta - di) / (dj - di)])
+                c = float(_delta_chord(np.array([[ui]]), np.array([[uj]]), t)[0, 0])
+                assert c >= _eps_of(prof, delta) - 1e-12 and c <= ui
+                gained += c < ui * (1 - 1e-6)
+    assert gained > 20  # the chord is tighter than the delta-below value, not just sound
