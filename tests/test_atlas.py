@@ -329,3 +329,32 @@ def test_the_delta_chord_bounds_eps_between_grid_deltas():
                 assert c >= _eps_of(prof, delta) - 1e-12 and c <= ui
                 gained += c < ui * (1 - 1e-6)
     assert gained > 20  # the chord is tighter than the delta-below value, not just sound
+
+
+def test_a_few_queries_read_the_envelope_of_their_boxes_only(atlas_path):
+    """Up to _FEW queries on an atlas whose envelope is not cached compute it on the index boxes
+    they read: the same answers, bit for bit, as the whole table's envelope -- on the test atlas
+    and on one merged from parts with holes, for float64 and float32 tables."""
+    from pldlib import atlas as A
+    from sweeps.atlas import merge_atlases
+
+    a = open_atlas(atlas_path)
+    every = slice(None)
+    holes = merge_atlases([_sub_atlas(a, [every, [0, 2], every, every]),
+                           _sub_atlas(a, [every, slice(1, 2), slice(1, 2), slice(1, 2)])])
+    f32 = Atlas(a.axes, {k: A._outward_float32(u, l) for k, (u, l) in a.tables.items()})
+    rng = np.random.default_rng(9)
+    for atlas in (a, holes, f32):
+        warm = Atlas(atlas.axes, dict(atlas.tables.items()))
+        warm._prepared("poisson", "add_remove")
+        for _ in range(12):
+            n = int(rng.integers(1, A._FEW + 1))
+            e = np.exp(rng.uniform(math.log(0.3), math.log(8), n))
+            d = np.exp(rng.uniform(math.log(1e-6), math.log(1e-5), n))
+            q = np.exp(rng.uniform(math.log(0.01), math.log(0.1), n))
+            k = np.round(np.exp(rng.uniform(math.log(10), math.log(1000), n)))
+            cold = Atlas(atlas.axes, dict(atlas.tables.items()))
+            x, y = cold.sigma_for(e, d, q, k), warm.sigma_for(e, d, q, k)
+            assert not cold._env  # the few-query path ran
+            for f in ("sigma", "sigma_insufficient", "estimate", "eps_upper"):
+                np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
