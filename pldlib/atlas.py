@@ -171,8 +171,9 @@ def _delta_chord(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray) -> np.ndarra
     t = np.clip(t, 0.0, 1.0)[:, None]
     u_lo, u_hi = np.asarray(u_lo, dtype=float), np.asarray(u_hi, dtype=float)  # (float32 atlases)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        c = np.logaddexp(np.log1p(-t) + u_lo, np.log(t) + u_hi)
-    c = c + 8.0 * np.finfo(float).eps * np.abs(c) + 1e-300  # the log-sum-exp's round-off, outward
+        # ln((1 - t) e^a + t e^b) = a + ln(1 + t (e^(b - a) - 1)), b <= a (the envelope falls in delta)
+        c = u_lo + np.log1p(t * np.expm1(np.minimum(u_hi - u_lo, 0.0)))
+    c = c + 8.0 * np.finfo(float).eps * (np.abs(c) + np.abs(u_lo)) + 1e-300  # the round-off, outward
     use = np.isfinite(c) & np.isfinite(u_lo) & (t > 0.0) & (c < u_lo)
     return np.where(use, c, u_lo)
 
