@@ -358,3 +358,33 @@ def test_a_few_queries_read_the_envelope_of_their_boxes_only(atlas_path):
             assert not cold._env  # the few-query path ran
             for f in ("sigma", "sigma_insufficient", "estimate", "eps_upper"):
                 np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
+
+
+def test_without_replacement_q_below_1_never_reads_the_q_1_cells():
+    """WOR add/remove at q < 1 is not bounded by WOR at q = 1 (the unsampled mechanism: eps is far
+    smaller there), so neither the envelope nor the q-up rounding may cross q = 1.  A small WOR
+    atlas computed cell by cell with the accountant: the q = 0.5 cells keep their own bounds, a
+    query above the largest q < 1 is not covered, and a covered one re-checks at the exact query."""
+    sig = np.array([1.5, 2.0, 3.0, 4.5])
+    qs = np.array([0.5, 0.8, 1.0])
+    up = np.empty((4, 3, 1, 1))
+    lo = np.empty_like(up)
+    for i, s in enumerate(sig):
+        for j, q in enumerate(qs):
+            m = pldlib.Gaussian(sigma=float(s), q=float(q), sampling="wor" if q < 1 else "none")
+            iv = pldlib.account(m, 10).epsilon(1e-5)
+            up[i, j, 0, 0], lo[i, j, 0, 0] = iv.upper, iv.lower
+    assert up[1, 1, 0, 0] > up[1, 2, 0, 0]  # the non-monotone step at q = 1 this guards against
+    a = Atlas({"sigma": sig, "q": qs, "steps": [10.0], "delta": [1e-5]}, {("wor", "add_remove"): (up, lo)})
+    U, L = a.envelope("wor", "add_remove")
+    np.testing.assert_array_equal(U[:, :2], up[:, :2])
+    np.testing.assert_array_equal(L[:, 2], lo[:, 2])
+    e = float(up[2, 1, 0, 0]) * 1.01
+    for many in (False, True):  # the few-query path and the whole-table envelope
+        b = Atlas(a.axes, dict(a.tables))
+        if many:
+            b._prepared("wor", "add_remove")
+        far, near = b.sigma_for(e, 1e-5, 0.9, 10, "wor"), b.sigma_for(e, 1e-5, 0.6, 10, "wor")
+        assert math.isnan(far.sigma) and math.isnan(far.estimate)
+        m = pldlib.Gaussian(sigma=near.sigma, q=0.6, sampling="wor")
+        assert pldlib.account(m, 10).epsilon(1e-5).upper <= e
