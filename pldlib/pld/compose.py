@@ -416,10 +416,10 @@ def _batch(sides: list[_Side]) -> _Batch | None:
         return None
     import collections
 
-    if _BATCHES is None:
-        _BATCHES = collections.OrderedDict()
     key = tuple((id(sd.masses), sd.start) for sd in sides)
     with _BATCHES_LOCK:  # (accountants may run on several threads of one worker)
+        if _BATCHES is None:
+            _BATCHES = collections.OrderedDict()
         hit = _BATCHES.get(key)
         if hit is not None:
             _BATCHES.move_to_end(key)
