@@ -47,6 +47,18 @@ def test_dominated_add_direction_is_skipped_and_changes_nothing(delta):
     assert got.lower == pytest.approx(rem.lower, rel=1e-12)
 
 
+def test_default_grid_keeps_the_dominated_direction_coarse():
+    # the automatic grid's size check must not build the add direction's fine PLDs (that
+    # would turn off its coarse screen: the DP-SGD default call then composed it in full)
+    mech = pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson", relation="add_remove")
+    acc = pldlib.account(mech, steps=10000)
+    got = acc.epsilon(1e-5)
+    assert not _label(acc, "add").source.built
+    full = _full(pldlib.account(mech, steps=10000, interval=acc.interval)).epsilon(1e-5)
+    assert got.lower == full.lower
+    assert got.upper <= full.upper
+
+
 def test_coarse_bound_is_a_certified_upper_bound():
     """The coarse pessimistic bound used for the test is itself >= the full lower bound."""
     mech = pldlib.Gaussian(sigma=0.9, q=0.05, sampling="poisson", relation="add_remove")

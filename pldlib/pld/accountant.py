@@ -705,9 +705,32 @@ class PLDAccountant(Accountant):
         deltas = np.array([1e-5])
         cut = _cut_scale(deltas)
         for st in self._branches:
+            if st.cache:
+                continue  # composed at this spacing already (the refinement probe): it fits
+            if not st.source.built and len(self._eff) < SCREEN_MAX_COMPONENTS:
+                self._fits_coarse(st, deltas, cut)
+                continue
             theta = estimate_tilt(_tilt_plds(st), st.counts, 1e-5, cut)
             compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
                     max_bins=self._bins(), cut_scale=cut, dry_run=True)
+
+    def _fits_coarse(self, st, deltas, cut) -> None:
+        """:meth:`_fits` for a branch whose fine PLDs are not built (the refinement probe's
+        coarse screen skipped it): its window is laid out from the coarse composition that the
+        screen of a query at these deltas uses (:meth:`_coarse_upper`, cached for it), whose
+        points at spacing COARSE_FACTOR h are ~1/COARSE_FACTOR of the fine window's.  Building
+        the fine PLDs here would also turn off the branch's screen (only efficiency and the
+        coarsening decision depend on this, never soundness: a query that does not fit
+        coarsens the grid itself, :meth:`_auto`)."""
+        limit = self._bins()
+        try:
+            self._coarse_upper(st, deltas, "eps", strict=True)
+            need = COARSE_FACTOR * max(c.n_bins for c in st.coarse_cache.values())
+        except GridTooLargeError as e:
+            need = COARSE_FACTOR * (e.need or limit)
+        if need > limit:
+            raise GridTooLargeError(f"composition needs about {need:,} grid points (limit {limit:,})",
+                                    need=need, limit=limit)
 
     def _rule_start(self):
         if self._start is not None:
@@ -991,10 +1014,11 @@ class PLDAccountant(Accountant):
         score = [int(np.sum(top == i)) for i in range(len(coarse))]
         return sorted(range(len(coarse)), key=lambda i: -score[i])
 
-    def _coarse_upper(self, st, x, kind: str) -> np.ndarray:
+    def _coarse_upper(self, st, x, kind: str, strict: bool = False) -> np.ndarray:
         """Certified upper bounds on this branch's eps(x) (``kind="eps"``, x = deltas) or
         delta(x) (``kind="delta"``, x = epsilons) from its pessimistic PLDs at spacing
-        COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had."""
+        COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had (``strict``: a
+        composition too large raises its ``GridTooLargeError`` instead)."""
         try:
             plds = st.source.coarse()
             cut = _cut_scale(x) if kind == "eps" else None
@@ -1010,6 +1034,10 @@ class PLDAccountant(Accountant):
                 out = np.maximum(comp.upper.epsilon(x), comp.valid_from)
             else:
                 out = np.where(x >= comp.valid_from, np.minimum(comp.upper.delta(x), 1.0), np.inf)
+        except GridTooLargeError:
+            if strict:
+                raise
+            return np.full(x.size, np.inf)
         except (ArithmeticError, MemoryError, ValueError):
             return np.full(x.size, np.inf)
         return np.where(np.isnan(out), np.inf, out)
