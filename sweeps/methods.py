@@ -28,6 +28,11 @@ another try (``OSError``, a ``MemoryError`` other than pldlib's
 ``GridTooLargeError``) are re-raised so that ``client.submit(retries=...)``
 retries them.
 
+``eps_cap: EPS`` (pldlib's methods; not with the TPR metric): a row computes its steps
+values in ascending order and stops once a count's certified eps lower bound exceeds EPS at
+every delta; the larger counts' cells, whose eps then exceeds EPS, are NaN with a note
+(:func:`capped_steps`).
+
 Test-only options accepted by every method (documented as such):
 ``sleep: SECONDS`` (sleep before computing; left out of the fingerprint),
 ``fail: true | {axis: value(s)}`` (raise in matching blocks),
@@ -257,10 +262,14 @@ def _registry_method(name: str):
                 raise Unsupported(str(e)) from None
         ks = [int(k) for k in steps]
         tpr = None
+        if fprs and options.get("eps_cap") is not None:
+            raise ValueError("option eps_cap cannot be combined with the TPR metric (grid.fpr)")
         if fprs:
             t = acc.tables_per_steps(event, ks, deltas, fprs)
             lo, est, up, notes = t.eps_lower, t.eps_estimate, t.eps_upper, t.notes
             tpr = TprTable(t.tpr_lower, t.tpr_upper, list(t.tpr_notes), t.tpr_unsupported)
+        elif options.get("eps_cap") is not None:
+            lo, est, up, notes = capped_steps(acc, event, ks, deltas, float(options["eps_cap"]))
         else:  # exactly the calls of a sweep without the TPR metric
             lo, est, up, notes = acc.epsilon_per_steps(event, ks, deltas)
         if np.isfinite(est).any():
@@ -276,12 +285,51 @@ def _registry_method(name: str):
     return fn
 
 
+#: steps values computed per call when a row stops at ``eps_cap`` (in ascending order)
+CAP_CHUNK = 6
+
+
+def capped_steps(acc, event, steps, deltas, cap: float):
+    """``acc.epsilon_per_steps(event, steps, deltas)`` computed in ascending chunks of steps
+    values, stopping after the first chunk whose largest count has certified lower bounds
+    above ``cap`` at every delta (option ``eps_cap``).  eps(delta) does not decrease with the
+    number of steps (more steps dominate fewer) nor increase with delta, so every cell left
+    out has a true eps above ``cap``: those cells are NaN (failed, with a note saying so).
+    Atlases use it to skip rows' far ends, whose eps no query asks for and whose compositions
+    cost the most."""
+    ks = [int(k) for k in steps]
+    S, D = len(ks), len(deltas)
+    lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
+    notes: list = []
+    order = sorted(range(S), key=lambda i: ks[i])
+    done = 0
+    while done < S:
+        idx = order[done : done + CAP_CHUNK]
+        l, e, u, n = acc.epsilon_per_steps(event, [ks[i] for i in idx], deltas)
+        lo[idx], est[idx], up[idx] = l, e, u
+        notes += list(n)
+        done += len(idx)
+        last = np.asarray(l, dtype=float)[-1]
+        if np.all(np.isfinite(last)) and float(np.min(last)) > cap:
+            break
+    if done < S:
+        k0 = ks[order[done - 1]]
+        notes.append(f"steps > {k0} not computed: eps > eps_cap={cap:g} there (certified lower bound "
+                     f"{float(np.min(lo[order[done - 1]])):.4g} at steps={k0})")
+    return lo, est, up, notes
+
+
+def _opt_eps_cap(fld, v):
+    return _opt_positive_or_none(fld, v)
+
+
 def _register_pldlib_methods() -> None:
     from pldlib.methods import accountant_class, method_info, method_names
 
     for name in method_names(("certified", "upper", "estimate")):
         cls = accountant_class(name)
         opts = {o: _option_validator(name, o) for o in _constructor_options(cls) if o not in SWEEP_FIXED.get(name, {})}
+        opts["eps_cap"] = _opt_eps_cap  # (not a constructor option: read by the task, capped_steps)
         register(name, options=opts, defaults=SWEEP_DEFAULTS.get(name, {}),
                  description=method_info(name).summary, tradeoff=True)(_registry_method(name))
 

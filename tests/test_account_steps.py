@@ -109,3 +109,25 @@ def test_sweep_method_isolates_a_failing_steps_value():
     direct = pldlib.account(mech, steps=100, max_bins=3200).epsilon([1e-5, 1e-3])
     np.testing.assert_array_equal(up[1], direct.upper)
     np.testing.assert_array_equal(lo[1], direct.lower)
+
+
+def test_sweep_option_eps_cap_stops_a_row_only_where_eps_exceeds_the_cap():
+    # sigma 0.6, q 0.05: eps passes 8 somewhere inside the steps axis (at every delta)
+    params = dict(mechanism="gaussian", sigma=0.6, q=0.05, sampling="poisson", relation="add_remove")
+    steps, deltas, cap = [1, 3, 10, 30, 100, 300, 1000, 3000, 10000], [1e-8, 1e-5, 1e-3], 8.0
+    method = get_method("pld")
+    opts = method.validate_options("options.pld", {"interval": 2e-3, "eps_cap": cap})
+    lo, up, notes = method.fn(params, steps, deltas, opts)
+    full_lo, full_up, _ = method.fn(params, steps, deltas, method.validate_options("options.pld", {"interval": 2e-3}))
+    skipped = np.isnan(up).all(axis=1)
+    assert skipped.any() and not skipped.all()
+    first = int(np.argmax(skipped))
+    assert skipped[first:].all()                        # a tail of the steps axis, nothing else
+    # computed cells are the uncapped row's (same spacing), cell for cell
+    np.testing.assert_array_equal(up[:first], full_up[:first])
+    np.testing.assert_array_equal(lo[:first], full_lo[:first])
+    # every cell left out really has eps above the cap (the uncapped certified lower bounds)
+    assert (full_lo[first:] > cap).all()
+    assert any(n.startswith(f"steps > {steps[first - 1]} not computed: eps > eps_cap=8") for n in notes)
+    with pytest.raises(Exception, match="eps_cap"):
+        method.validate_options("options.pld", {"eps_cap": -1})
