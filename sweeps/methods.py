@@ -30,8 +30,8 @@ retries them.
 
 ``eps_cap: EPS`` (pldlib's methods; not with the TPR metric): a row computes its steps
 values in ascending order and stops once a count's certified eps lower bound exceeds EPS at
-every delta; the larger counts' cells, whose eps then exceeds EPS, are NaN with a note
-(:func:`capped_steps`).
+every delta; the larger counts' cells, whose eps then exceeds EPS, are NaN with a note and
+status 3 (final: a resumed sweep does not recompute them; :func:`capped_steps`).
 
 Test-only options accepted by every method (documented as such):
 ``sleep: SECONDS`` (sleep before computing; left out of the fingerprint),
@@ -269,7 +269,8 @@ def _registry_method(name: str):
             lo, est, up, notes = t.eps_lower, t.eps_estimate, t.eps_upper, t.notes
             tpr = TprTable(t.tpr_lower, t.tpr_upper, list(t.tpr_notes), t.tpr_unsupported)
         elif options.get("eps_cap") is not None:
-            lo, est, up, notes = capped_steps(acc, event, ks, deltas, float(options["eps_cap"]))
+            lo, est, up, notes, capped = capped_steps(acc, event, ks, deltas, float(options["eps_cap"]))
+            record(capped=capped)
         else:  # exactly the calls of a sweep without the TPR metric
             lo, est, up, notes = acc.epsilon_per_steps(event, ks, deltas)
         if np.isfinite(est).any():
@@ -294,9 +295,10 @@ def capped_steps(acc, event, steps, deltas, cap: float):
     values, stopping after the first chunk whose largest count has certified lower bounds
     above ``cap`` at every delta (option ``eps_cap``).  eps(delta) does not decrease with the
     number of steps (more steps dominate fewer) nor increase with delta, so every cell left
-    out has a true eps above ``cap``: those cells are NaN (failed, with a note saying so).
-    Atlases use it to skip rows' far ends, whose eps no query asks for and whose compositions
-    cost the most."""
+    out has a true eps above ``cap``: those cells are NaN, with a note saying so.  Returns
+    ``(lower, estimate, upper, notes, capped)``, ``capped`` the mask of the cells left out (the
+    sweep stores them with status 3: final, not failures).  Atlases use it to skip rows' far
+    ends, whose eps no query asks for and whose compositions cost the most."""
     ks = [int(k) for k in steps]
     S, D = len(ks), len(deltas)
     lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
@@ -312,11 +314,13 @@ def capped_steps(acc, event, steps, deltas, cap: float):
         last = np.asarray(l, dtype=float)[-1]
         if np.all(np.isfinite(last)) and float(np.min(last)) > cap:
             break
+    capped = np.zeros((S, D), dtype=bool)
     if done < S:
         k0 = ks[order[done - 1]]
+        capped[order[done:]] = True
         notes.append(f"steps > {k0} not computed: eps > eps_cap={cap:g} there (certified lower bound "
                      f"{float(np.min(lo[order[done - 1]])):.4g} at steps={k0})")
-    return lo, est, up, notes
+    return lo, est, up, notes, capped
 
 
 def _opt_eps_cap(fld, v):

@@ -102,12 +102,15 @@ def check_available(fld: str, method: str) -> None:
 _local = threading.local()
 
 
-def record(*, estimate=None, notes=None) -> None:
-    """Attach ``estimate`` (steps x delta) to the block being computed on this thread."""
+def record(*, estimate=None, notes=None, capped=None) -> None:
+    """Attach ``estimate`` (steps x delta) to the block being computed on this thread, and
+    ``capped``: a mask of the cells the option ``eps_cap`` left out (status 3, final)."""
     box = getattr(_local, "box", None)
     if box is not None:
         if estimate is not None:
             box["estimate"] = np.asarray(estimate, dtype=float)
+        if capped is not None:
+            box["capped"] = np.asarray(capped, dtype=bool)
         if notes is not None:
             box["notes"] = list(notes)
 
@@ -129,6 +132,10 @@ def run_block(spec: dict) -> dict:
         if "tpr_failed" in out:  # an unsupported block has no TPRs either
             out["tpr_unsupported"] = np.ones(np.shape(out["tpr_failed"]), dtype=bool)
         return out
+    capped = box.get("capped")
+    if capped is not None and capped.shape == shape and capped.any():
+        # cells left out by eps_cap: final (a resumed run does not recompute them), not failures
+        out["unsupported"] = capped & failed
     est = box.get("estimate")
     if est is None or est.shape != shape:
         return out

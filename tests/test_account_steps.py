@@ -129,5 +129,11 @@ def test_sweep_option_eps_cap_stops_a_row_only_where_eps_exceeds_the_cap():
     # every cell left out really has eps above the cap (the uncapped certified lower bounds)
     assert (full_lo[first:] > cap).all()
     assert any(n.startswith(f"steps > {steps[first - 1]} not computed: eps > eps_cap=8") for n in notes)
+    # the task stores the cells left out as final (status 3), not as failures to recompute
+    from sweeps.peers import run_block
+    out = run_block({"index": 0, "params": {**params, "method": "pld"}, "steps": steps, "deltas": deltas,
+                     "options": opts})
+    np.testing.assert_array_equal(out["unsupported"], np.isnan(up))
+    np.testing.assert_array_equal(out["failed"], np.isnan(up))
     with pytest.raises(Exception, match="eps_cap"):
         method.validate_options("options.pld", {"eps_cap": -1})
