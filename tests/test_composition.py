@@ -424,3 +424,33 @@ def test_schedule_of_many_components_composes_like_its_exact_convolution():
         up = float(comp.upper.delta(np.array([eps]))[0])
         assert up >= truth * (1 - 1e-12) - 1e-15
         assert up <= truth * (1 + 1e-6) + 1e-12
+
+
+@pytest.mark.parametrize("sigma,q,k,delta", [(1.0, 0.01, 10000, 1e-5), (0.7, 0.005, 13756, 1.2e-8),
+                                             (1.4, 1.3e-4, 5855, 2.4e-7), (3.7, 0.0049, 886, 1.8e-12),
+                                             (0.45, 0.19, 2608, 7.4e-5)])
+def test_estimate_tilt_lands_within_15_percent_of_the_saddle_point_root(sigma, q, k, delta):
+    # the root of f(t) = K(t) - t K'(t) - ln(t (1 + t)) - ln sqrt(2 pi K''(t)) - ln delta, found
+    # here by plain bisection to 1e-6 (Newton's iterates in estimate_tilt need only 15%)
+    import math
+
+    from pldlib.pld import compose as C
+
+    acc = pldlib.account(pldlib.Gaussian(sigma=sigma, q=q, sampling="poisson", relation="remove"), steps=k)
+    acc._ensure_built()
+    st = acc._branches[0]
+    sides = [C._Side.of(p, n) for p, n in zip(st.uppers, st.counts)]
+
+    def f(t):
+        mean, var = C._moments(sides, t)
+        return (C._log_mgf_total(sides, t) - t * mean - math.log(t * (1 + t))
+                - 0.5 * math.log(2 * math.pi * var) - math.log(delta))
+
+    lo, hi = 1e-6, 1.0
+    while f(hi) > 0:
+        hi *= 2.0
+    while hi / lo > 1 + 1e-6:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+    got = C.estimate_tilt(st.uppers, st.counts, delta)
+    assert lo / 1.15 <= got <= hi * 1.15

@@ -1042,6 +1042,29 @@ class PLDAccountant(Accountant):
             return np.full(x.size, np.inf)
         return np.where(np.isnan(out), np.inf, out)
 
+    def _likely_first(self, x, kind: str) -> int | None:
+        """Index of the branch whose composed loss a normal approximation (mean + z sd, z for the
+        smallest delta; from each branch's coarse pessimistic PLDs, no composition) puts highest;
+        None when it cannot tell (then every branch gets its coarse bound)."""
+        try:
+            z = math.sqrt(2.0 * math.log(1.0 / max(float(np.min(x)), 1e-300))) if kind == "eps" else 2.0
+            small = 1e-3 * (float(np.min(x)) if kind == "eps" else 1e-6)
+            score = []
+            for st in self._branches:
+                plds = st.source.coarse()
+                if sum(k * p.p_inf for p, k in zip(plds, st.counts)) > small:
+                    return None  # mass at +inf that matters: the approximation says nothing about it
+                m = v = 0.0
+                for p, k in zip(plds, st.counts):
+                    mu, var = p.moments()
+                    m, v = m + k * mu, v + k * var
+                score.append(m + z * math.sqrt(max(v, 0.0)))
+        except (ArithmeticError, MemoryError, ValueError):
+            return None
+        if not all(math.isfinite(sc) for sc in score):
+            return None
+        return int(np.argmax(score))
+
     def _combine(self, x, kind: str):
         """(lower, upper) of max over branches of eps(x) or delta(x).
 
@@ -1058,8 +1081,12 @@ class PLDAccountant(Accountant):
         if len(self._branches) == 1:
             return exact(self._branches[0], x)
         screen = len(self._eff) < SCREEN_MAX_COMPONENTS
-        coarse = [np.full(x.size, np.inf) if st.source.built or not screen else self._coarse_upper(st, x, kind)
-                  for st in self._branches]
+        # the branch computed first needs no coarse bound (it is computed at every query): when
+        # none is built yet, it is the one a normal approximation from the coarse PLDs' moments
+        # puts highest (only the work done depends on this choice, never the bounds)
+        first = self._likely_first(x, kind) if screen and not any(st.source.built for st in self._branches) else None
+        coarse = [np.full(x.size, np.inf) if st.source.built or not screen or i == first
+                  else self._coarse_upper(st, x, kind) for i, st in enumerate(self._branches)]
         lo = np.full(x.size, empty)
         up = np.full(x.size, empty)
         # (without lower bounds, a branch is skipped where its coarse bound is below the

@@ -558,25 +558,37 @@ def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) ->
     def f(t):
         logm = _log_mgf_total(sides, t)
         mean, var = _moments(sides, t)
-        return logm - t * mean - math.log(t * (1 + t)) - 0.5 * math.log(2 * math.pi * max(var, 1e-300))
+        return logm - t * mean - math.log(t * (1 + t)) - 0.5 * math.log(2 * math.pi * max(var, 1e-300)), var
 
     target = math.log(delta)
     theta_max = _theta_cap(sides)
-    lo, hi = 1e-6, min(1.0, theta_max)
-    if f(lo) <= target:
+    lo, hi = 1e-6, math.inf
+    if f(lo)[0] <= target:
         return 0.0
-    while f(hi) >= target:
-        if hi >= theta_max:  # bounded losses: no saddle point below the cap
-            return theta_max
-        lo, hi = hi, min(hi * 2.0, theta_max)
+    # Newton's method on f (decreasing), safeguarded by the bracket [lo, hi]; slope
+    # f'(t) = -t K''(t) - (1 + 2t) / (t (1 + t)) (the third cumulant's term left out); start
+    # from the normal approximation K(t) - t K'(t) ~ -t^2 K''(0) / 2
+    v0 = _moments(sides, 0.0)[1]
+    t = min(max(math.sqrt(2.0 * max(-target, 1.0) / max(v0, 1e-300)), 2.0 * lo), theta_max)
     for _ in range(40):
-        mid = math.sqrt(lo * hi)
-        if f(mid) > target:
-            lo = mid
+        ft, var = f(t)
+        if ft > target:
+            lo = t
+            if t >= theta_max:  # bounded losses: no saddle point below the cap
+                return theta_max
         else:
-            hi = mid
+            hi = t
         if hi / lo < 1.15:  # the tilt needs no precision
             break
+        slope = -(t * max(var, 0.0) + (1.0 + 2.0 * t) / (t * (1.0 + t)))
+        nxt = t + (target - ft) / slope
+        if not (lo < nxt < hi) or not math.isfinite(nxt):
+            nxt = math.sqrt(lo * hi) if math.isfinite(hi) else 4.0 * t
+        nxt = min(nxt, theta_max)
+        if abs(nxt - t) <= 0.03 * t:
+            # Newton has (nearly) converged: step just past the root to close the bracket
+            nxt = min(max(nxt, t) * 1.06, theta_max) if ft > target else min(nxt, t) / 1.06
+        t = nxt
     # the smaller end: where a far tail takes over the tilted law (f drops steeply), a tilt
     # past the transition would centre the window on that tail instead of on eps(delta)
     return lo
