@@ -544,8 +544,15 @@ class Atlas:
         return AtlasAnswer(sig, ans.sigma_insufficient, ans.estimate, eps_up, by, evals, notes)
 
     def _slope(self, e, d, q, k, sampling, relation, s0) -> float | None:
-        """d log eps / d log sigma of the atlas's interpolated curve at s0 (an estimate)."""
-        a = self._estimate_curve(d, q, k, self._prepared(sampling, relation)[2])
+        """d log eps / d log sigma of the atlas's interpolated curve at s0 (an estimate).  Without
+        the table's cached envelope, only the box of cells the curve reads is enveloped."""
+        key = (sampling, relation)
+        if key in self._env:
+            a = self._estimate_curve(d, q, k, self._env[key][2])
+        else:
+            boxes = tuple(self._corners(name, x)[:2] for name, x in (("q", q), ("steps", k), ("delta", d)))
+            *_, lmid, off = self._few(key, boxes)
+            a = self._estimate_curve(d, q, k, lmid, off)
         ls = self._log["sigma"]
         good = np.isfinite(a)
         if good.sum() < 2:
@@ -556,17 +563,23 @@ class Atlas:
             return None
         return float((a[j + 1] - a[j]) / (ls[j + 1] - ls[j]))
 
-    def _estimate_curve(self, d, q, k, lmid_t) -> np.ndarray:
-        """log eps of the interpolated curve on the sigma grid at one (delta, q, steps)."""
+    def _corners(self, name: str, x: float) -> tuple[int, int, float]:
+        """(i0, i1, w): the grid indices of axis ``name`` around x and x's weight on i1 (log scale)."""
+        g = self._log[name]
+        lx = math.log(x)
+        i0 = int(np.clip(np.searchsorted(g, lx, side="right") - 1, 0, max(g.size - 2, 0)))
+        i1 = min(i0 + 1, g.size - 1)
+        w = (lx - g[i0]) / (g[i1] - g[i0]) if g[i1] > g[i0] else 0.0
+        return i0, i1, min(max(w, 0.0), 1.0)
+
+    def _estimate_curve(self, d, q, k, lmid_t, offsets=(0, 0, 0)) -> np.ndarray:
+        """log eps of the interpolated curve on the sigma grid at one (delta, q, steps);
+        ``lmid_t`` may be a box of the table starting at ``offsets`` (q, steps, delta)."""
         out = np.zeros(lmid_t.shape[-1])
         ws = []
-        for name, x in (("q", q), ("steps", k), ("delta", d)):
-            g = self._log[name]
-            lx = math.log(x)
-            i0 = int(np.clip(np.searchsorted(g, lx, side="right") - 1, 0, max(g.size - 2, 0)))
-            i1 = min(i0 + 1, g.size - 1)
-            w = (lx - g[i0]) / (g[i1] - g[i0]) if g[i1] > g[i0] else 0.0
-            ws.append((i0, i1, min(max(w, 0.0), 1.0)))
+        for (name, x), o in zip((("q", q), ("steps", k), ("delta", d)), offsets):
+            i0, i1, w = self._corners(name, x)
+            ws.append((i0 - o, i1 - o, w))
         (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = ws
         for ia, fa in ((a0, 1 - wa), (a1, wa)):
             for ib, fb in ((b0, 1 - wb), (b1, wb)):

@@ -344,6 +344,7 @@ def test_a_few_queries_read_the_envelope_of_their_boxes_only(atlas_path):
                            _sub_atlas(a, [every, slice(1, 2), slice(1, 2), slice(1, 2)])])
     f32 = Atlas(a.axes, {k: A._outward_float32(u, l) for k, (u, l) in a.tables.items()})
     rng = np.random.default_rng(9)
+    slopes = []
     for atlas in (a, holes, f32):
         warm = Atlas(atlas.axes, dict(atlas.tables.items()))
         warm._prepared("poisson", "add_remove")
@@ -358,6 +359,13 @@ def test_a_few_queries_read_the_envelope_of_their_boxes_only(atlas_path):
             assert not cold._env  # the few-query path ran
             for f in ("sigma", "sigma_insufficient", "estimate", "eps_upper"):
                 np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
+            # certify=True's slope, from the box too
+            s0 = float(np.nanmax(np.append(y.estimate, 1.0)))
+            got = cold._slope(e[0], d[0], q[0], k[0], "poisson", "add_remove", s0)
+            slopes.append(got)
+            assert got == warm._slope(e[0], d[0], q[0], k[0], "poisson", "add_remove", s0)
+            assert not cold._env
+    assert sum(s is not None and s < 0 for s in slopes) >= 18  # (eps falls with sigma)
 
 
 def test_without_replacement_q_below_1_never_reads_the_q_1_cells():
