@@ -693,10 +693,11 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     """
     N = y.size
     with np.errstate(over="ignore", invalid="ignore"):
-        main = np.minimum(np.maximum(y, 0.0) * untilt, cap)
-        ent = np.minimum(E * untilt, cap)
-    main = np.where(np.isnan(main), cap, main)
-    ent = np.where(np.isnan(ent), cap, ent)
+        # (fmin: a NaN product -- inf * 0 -- becomes cap, the largest a mass can be)
+        main = np.maximum(y, 0.0)
+        main *= untilt
+        np.fmin(main, cap, out=main)
+        ent = np.fmin(E * untilt, cap)
     B = _roundoff_block(theta, h, N)
     if B < _RO_BLOCK_MIN or E <= 0.0:
         return np.minimum(main + ent, cap), ent
@@ -707,14 +708,18 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     ok = np.isfinite(s) & (s > 0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         s_safe = np.where(ok, s, 1.0)
-        norm = s_safe * np.sqrt(np.einsum("ij,ij->i", u / s_safe[:, None], u / s_safe[:, None]))
+        w = u / s_safe[:, None]
+        norm = s_safe * np.sqrt(np.einsum("ij,ij->i", w, w))
         r = E * norm * (1.0 + 4.0 * _U * (B + 2))  # round the block sum up
     entb = (np.concatenate([ent, np.zeros(pad)]) if pad else ent).reshape(nb, B).sum(axis=1)
     use = ok & np.isfinite(r) & (r <= 0.5 * entb)
     r = np.minimum(np.where(use, r, 0.0), B * cap)
     per = np.repeat(use, B)[:N]
     ro = np.where(per, 0.0, ent)
-    masses = np.where(per, main, np.minimum(main + ent, cap))
+    masses = main
+    if not per.all():
+        off = ~per
+        masses[off] = np.minimum(main[off] + ent[off], cap)
     last = np.minimum(np.arange(nb) * B + B - 1, N - 1)
     ro[last[use]] += r[use]
     masses[last[use]] += r[use]
