@@ -535,8 +535,8 @@ class Atlas:
                                     sampling=sampling if qq[i] < 1 else "none", relation=relation,
                                     sigma_guess=float(s0) if math.isfinite(s0) else None, table=None,
                                     certify_lower=False)
+                    sig[i], eps_up[i] = res.sigma, float(res.epsilon.upper)
                     evals += res.evaluations
-                    sig[i], eps_up[i] = res.sigma, res.eps_upper
                 except Exception as exc:  # keep the atlas's certified sigma
                     notes.append(f"query {i}: calibrate failed ({type(exc).__name__}: {exc}); atlas answer kept")
                     continue

@@ -87,6 +87,25 @@ def test_certify_runs_the_accountant_and_is_close_to_calibrate(atlas_path):
     assert abs(ans.sigma / ref - 1) < 5e-3
 
 
+def test_certify_falls_back_on_calibrate_when_its_two_steps_miss(atlas_path, monkeypatch):
+    # a start far below the root and a slope so steep that the Newton step barely moves: neither
+    # quick evaluation is feasible, so certify=True must run calibrate (it used to keep the
+    # atlas's looser sigma: the fall-back read a field the calibration result does not have)
+    from pldlib import atlas as A
+
+    monkeypatch.setattr(A, "CERTIFY_START_BIAS", -0.4)
+    monkeypatch.setattr(A.Atlas, "_slope", lambda self, *a: -1000.0)
+    a = open_atlas(atlas_path)
+    ans = a.sigma_for(2.0, 3e-6, 0.02, 300, certify=True)
+    assert ans.notes == [] and ans.certified_by == "accountant" and ans.evaluations > 2
+    # certified at calibrate's own grid (the default grid of _check_upper is coarser here)
+    assert ans.eps_upper <= 2.0
+    m = pldlib.Gaussian(sigma=float(ans.sigma), q=0.02, sampling="poisson")
+    assert pldlib.account(m, 300, interval=2e-4).epsilon(3e-6).upper <= 2.0
+    ref = pldlib.calibrate(epsilon=2.0, delta=3e-6, q=0.02, steps=300, table=None).sigma
+    assert abs(ans.sigma / ref - 1) < 5e-3
+
+
 def test_vectorised_lookups_match_scalar_ones(atlas_path):
     a = open_atlas(atlas_path)
     v = a.sigma_for([1.0, 3.0], 5e-6, [0.02, 0.05], [50, 500])
