@@ -427,8 +427,8 @@ class Atlas:
         return i0, i1, np.clip(w, 0.0, 1.0)
 
     def _estimate(self, e, d, qq, k, lmid_t, off=(0, 0, 0)) -> np.ndarray:
-        """Interpolated sigma (an estimate): log eps multilinear in (log q, log steps, log delta),
-        then log sigma linear in log eps.  ``lmid_t``: see :meth:`_prepared`."""
+        """Interpolated sigma (an estimate): log eps bilinear in (log q, log steps), eps linear in
+        log delta, then log sigma linear in log eps.  ``lmid_t``: see :meth:`_prepared`."""
         out = np.full(e.size, np.nan)
         n = e.size
         for s in range(0, n, _BLOCK):  # (blocks that stay in cache: 3x faster than 20,000)
@@ -436,11 +436,17 @@ class Atlas:
             (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = (self._bracket(name, x) for name, x in
                                                          (("q", qq[sl]), ("steps", k[sl]), ("delta", d[sl])))
             a0, a1, b0, b1, c0, c1 = a0 - off[0], a1 - off[0], b0 - off[1], b1 - off[1], c0 - off[2], c1 - off[2]
-            acc = np.zeros((sl.stop - sl.start, lmid_t.shape[-1]))
-            for ia, fa in ((a0, 1 - wa), (a1, wa)):
-                for ib, fb in ((b0, 1 - wb), (b1, wb)):
-                    for ic, fc in ((c0, 1 - wc), (c1, wc)):
-                        acc += (fa * fb * fc)[:, None] * lmid_t[ia, ib, ic]
+            # log eps bilinear in (log q, log steps) at the two grid deltas; between them eps itself
+            # linear in log delta (near delta(0) log eps bends sharply: 3.9% -> 1.2% max error)
+            parts = []
+            for ic in (c0, c1):
+                part = np.zeros((sl.stop - sl.start, lmid_t.shape[-1]))
+                for ia, fa in ((a0, 1 - wa), (a1, wa)):
+                    for ib, fb in ((b0, 1 - wb), (b1, wb)):
+                        part += (fa * fb)[:, None] * lmid_t[ia, ib, ic]
+                parts.append(part)
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                acc = np.log((1 - wc)[:, None] * np.exp(parts[0]) + wc[:, None] * np.exp(parts[1]))
             # invert log eps(log sigma) (decreasing) at log epsilon, per query
             target = np.log(e[sl])[:, None]
             ls = self._log["sigma"]
@@ -575,17 +581,20 @@ class Atlas:
     def _estimate_curve(self, d, q, k, lmid_t, offsets=(0, 0, 0)) -> np.ndarray:
         """log eps of the interpolated curve on the sigma grid at one (delta, q, steps);
         ``lmid_t`` may be a box of the table starting at ``offsets`` (q, steps, delta)."""
-        out = np.zeros(lmid_t.shape[-1])
         ws = []
         for (name, x), o in zip((("q", q), ("steps", k), ("delta", d)), offsets):
             i0, i1, w = self._corners(name, x)
             ws.append((i0 - o, i1 - o, w))
         (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = ws
-        for ia, fa in ((a0, 1 - wa), (a1, wa)):
-            for ib, fb in ((b0, 1 - wb), (b1, wb)):
-                for ic, fc in ((c0, 1 - wc), (c1, wc)):
-                    out = out + fa * fb * fc * lmid_t[ia, ib, ic]
-        return out
+        parts = []
+        for ic in (c0, c1):  # as in _estimate: eps linear in log delta between the grid deltas
+            part = np.zeros(lmid_t.shape[-1])
+            for ia, fa in ((a0, 1 - wa), (a1, wa)):
+                for ib, fb in ((b0, 1 - wb), (b1, wb)):
+                    part = part + fa * fb * lmid_t[ia, ib, ic]
+            parts.append(part)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return np.log((1 - wc) * np.exp(parts[0]) + wc * np.exp(parts[1]))
 
 
 #: queries per block of a vectorised look-up (their sigma rows stay in cache)

@@ -106,6 +106,16 @@ def test_certify_falls_back_on_calibrate_when_its_two_steps_miss(atlas_path, mon
     assert abs(ans.sigma / ref - 1) < 5e-3
 
 
+def test_estimates_are_within_one_percent_of_calibrate_between_grid_deltas(atlas_path):
+    # delta 3e-6 lies between the test atlas's two deltas (eps is interpolated linearly in log
+    # delta there); q and steps on the grid; calibrate is the independent reference
+    a = open_atlas(atlas_path)
+    for e, q, k in [(1.0, 0.01, 100), (4.0, 0.1, 10), (0.5, 0.01, 1000), (1.5, 0.1, 100)]:
+        est = a.sigma_for(e, 3e-6, q, k).estimate
+        ref = pldlib.calibrate(epsilon=e, delta=3e-6, q=q, steps=k, table=None).sigma
+        assert abs(est / ref - 1) < 0.01, (e, q, k, est, ref)
+
+
 def test_vectorised_lookups_match_scalar_ones(atlas_path):
     a = open_atlas(atlas_path)
     v = a.sigma_for([1.0, 3.0], 5e-6, [0.02, 0.05], [50, 500])
