@@ -156,6 +156,57 @@ class _FileTables(dict):
         return self[key] if key in self else default
 
 
+#: columns past the log-log crossing where :func:`_first_below` looks for the interpolated one
+_CROSS_WINDOW = 6
+
+
+def _first_below(p0: np.ndarray, p1: np.ndarray, w: np.ndarray, target: np.ndarray):
+    """(j, y[j - 1], y[j]) for each row: j the first column where the curve
+    y = ln((1 - w) e^{p0} + w e^{p1}) (eps linear between two grid deltas) is at or below
+    ``target`` (-1: nowhere; y values then unused).  Since y >= (1 - w) p0 + w p1 (Jensen), that
+    cheaper curve crosses first, and y is evaluated only on a window of columns after its crossing
+    (rows whose crossing lies beyond the window get the whole row)."""
+    n, S = p0.shape
+    r = np.arange(n)
+    with np.errstate(invalid="ignore"):
+        cheap = (1 - w)[:, None] * p0 + w[:, None] * p1
+        below = (cheap <= target[:, None]) & np.isfinite(cheap)
+    jc = np.where(below.any(axis=1), below.argmax(axis=1), -1)
+    out_j = np.full(n, -1)
+    y0 = np.full(n, np.nan)
+    y1 = np.full(n, np.nan)
+    rows = np.nonzero(jc >= 0)[0]
+    if rows.size == 0:
+        return out_j, y0, y1
+    W = _CROSS_WINDOW
+    cols = np.clip(jc[rows, None] - 1 + np.arange(W + 2)[None, :], 0, S - 1)  # jc - 1 .. jc + W
+
+    def curve(rr, cc):
+        a, b = p0[rr[:, None], cc], p1[rr[:, None], cc]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return np.log((1 - w[rr])[:, None] * np.exp(a) + w[rr][:, None] * np.exp(b))
+
+    y = curve(rows, cols)
+    ok = (y[:, 1:] <= target[rows, None]) & np.isfinite(y[:, 1:]) & (cols[:, 1:] >= jc[rows, None])
+    found = ok.any(axis=1)
+    k = ok.argmax(axis=1)
+    j = cols[np.arange(rows.size), k + 1]
+    out_j[rows] = np.where(found, j, -1)
+    y0[rows] = y[np.arange(rows.size), k]
+    y1[rows] = y[np.arange(rows.size), k + 1]
+    # the crossing lies past the window: those rows in full
+    far = rows[~found & (jc[rows] + W < S - 1)]
+    if far.size:
+        yy = curve(far, np.broadcast_to(np.arange(S), (far.size, S)))
+        bl = (yy <= target[far, None]) & np.isfinite(yy)
+        jf = np.where(bl.any(axis=1), bl.argmax(axis=1), -1)
+        out_j[far] = jf
+        jm = np.maximum(jf, 1)
+        y0[far] = yy[np.arange(far.size), jm - 1]
+        y1[far] = yy[np.arange(far.size), jm]
+    return out_j, y0, y1
+
+
 def _delta_chord(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Certified upper eps at delta = (1 - t) delta_i + t delta_j (delta_i < delta_j) from upper
     bounds ``u_lo`` at delta_i and ``u_hi`` at delta_j (arrays (n, S); t of shape (n,)).
@@ -174,6 +225,42 @@ def _delta_chord(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray) -> np.ndarra
     c = c + 8.0 * np.finfo(float).eps * (np.abs(c) + np.abs(u_lo)) + 1e-300  # the round-off, outward
     use = np.isfinite(c) & np.isfinite(u_lo) & (t > 0.0) & (c < u_lo)
     return np.where(use, c, u_lo)
+
+
+def _first_chord_below(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray, e: np.ndarray):
+    """(j, chord[j]) per row: j the first column whose :func:`_delta_chord` is <= e (-1: none),
+    as from the whole rows, computing the chord on a window only.  The chord is at least
+    (1 - t) u_lo + t u_hi (concavity of ln; u_lo where u_hi is unknown), so no column before
+    that cheap curve's crossing (taken with a 1e-12 relative margin for its rounding) can be the
+    first; rows whose crossing lies past the window get the whole row."""
+    n, S = u_lo.shape
+    u_lo, u_hi = np.asarray(u_lo, dtype=float), np.asarray(u_hi, dtype=float)
+    tt = np.clip(t, 0.0, 1.0)[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        cheap = np.where(np.isfinite(u_hi), (1 - tt) * u_lo + tt * u_hi, u_lo)
+        below = cheap - 1e-12 * (np.abs(cheap) + 1.0) <= e[:, None]
+    jc = np.where(below.any(axis=1), below.argmax(axis=1), -1)
+    j = np.full(n, -1)
+    ce = np.full(n, np.nan)
+    rows = np.nonzero(jc >= 0)[0]
+    if rows.size:
+        cols = np.minimum(jc[rows, None] + np.arange(_CROSS_WINDOW + 1)[None, :], S - 1)
+        rr = rows[:, None]
+        col = _delta_chord(u_lo[rr, cols], u_hi[rr, cols], t[rows])
+        ok = col <= e[rows, None]
+        found = ok.any(axis=1)
+        k = ok.argmax(axis=1)
+        i = np.arange(rows.size)
+        j[rows] = np.where(found, cols[i, k], -1)
+        ce[rows] = np.where(found, col[i, k], np.nan)
+        far = rows[~found & (jc[rows] + _CROSS_WINDOW < S - 1)]
+        if far.size:
+            col = _delta_chord(u_lo[far], u_hi[far], t[far])
+            ok = col <= e[far, None]
+            jf = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
+            j[far] = jf
+            ce[far] = np.where(jf >= 0, col[np.arange(far.size), np.maximum(jf, 0)], np.nan)
+    return j, ce
 
 
 class AtlasRangeError(ValueError):
@@ -394,12 +481,10 @@ class Atlas:
         sigma, eps_up, insufficient = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
         for s0 in range(0, n, _BLOCK):  # blocks of whole sigma rows that stay in cache
             b = slice(s0, min(n, s0 + _BLOCK))
-            col = _delta_chord(up_t[iq[b] - oq, ik[b] - ok_, idd[b] - od], up_t[iq[b] - oq, ik[b] - ok_, idd_up[b] - od],
-                               tchord[b])  # (block, S)
-            ok = col <= e[b, None]
-            j = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
+            j, ce = _first_chord_below(up_t[iq[b] - oq, ik[b] - ok_, idd[b] - od],
+                                       up_t[iq[b] - oq, ik[b] - ok_, idd_up[b] - od], tchord[b], e[b])
             sigma[b] = np.where(j >= 0, S[np.maximum(j, 0)], np.nan)
-            eps_up[b] = np.where(j >= 0, col[np.arange(col.shape[0]), np.maximum(j, 0)], np.nan)
+            eps_up[b] = np.where(j >= 0, ce, np.nan)
             bad = lo_t[jq[b] - oq, jk[b] - ok_, jd[b] - od] > e[b, None]  # NaN compares False: unknown
             last = np.where(bad.any(axis=1), S.size - 1 - bad[:, ::-1].argmax(axis=1), -1)
             insufficient[b] = np.where(last >= 0, S[np.maximum(last, 0)], np.nan)
@@ -445,18 +530,13 @@ class Atlas:
                     for ib, fb in ((b0, 1 - wb), (b1, wb)):
                         part += (fa * fb)[:, None] * lmid_t[ia, ib, ic]
                 parts.append(part)
-            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                acc = np.log((1 - wc)[:, None] * np.exp(parts[0]) + wc[:, None] * np.exp(parts[1]))
-            # invert log eps(log sigma) (decreasing) at log epsilon, per query
-            target = np.log(e[sl])[:, None]
+            target = np.log(e[sl])
+            jj, y0, y1 = _first_below(parts[0], parts[1], wc, target)
+            # invert log eps(log sigma) (decreasing) at log epsilon, per query: log-linear between
+            # the last sigma above the target and the first at or below it
             ls = self._log["sigma"]
-            # first index where the curve drops to the target or below
-            below = (acc <= target) & np.isfinite(acc)
-            jj = np.where(below.any(axis=1), below.argmax(axis=1), -1)
-            r = np.arange(acc.shape[0])
             j1 = np.maximum(jj, 1)
-            y0, y1 = acc[r, j1 - 1], acc[r, j1]
-            t = np.where((y0 - y1) > 0, (y0 - target[:, 0]) / np.where((y0 - y1) > 0, y0 - y1, 1.0), 0.0)
+            t = np.where((y0 - y1) > 0, (y0 - target) / np.where((y0 - y1) > 0, y0 - y1, 1.0), 0.0)
             val = ls[j1 - 1] + np.clip(t, 0.0, 1.0) * (ls[j1] - ls[j1 - 1])
             val = np.where(jj == 0, np.nan, val)  # target above the curve's top: below the atlas's sigma range
             out[sl] = np.where(jj >= 1, np.exp(val), np.nan)

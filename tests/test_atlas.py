@@ -425,3 +425,26 @@ def test_without_replacement_q_below_1_never_reads_the_q_1_cells():
         assert math.isnan(far.sigma) and math.isnan(far.estimate)
         m = pldlib.Gaussian(sigma=near.sigma, q=0.6, sampling="wor")
         assert pldlib.account(m, 10).epsilon(1e-5).upper <= e
+
+
+def test_windowed_chord_search_equals_the_whole_rows():
+    # the certified look-up evaluates the delta chord only after the cheap curve's crossing: the
+    # same first column and value as scanning whole rows, on random monotone rows with holes
+    from pldlib import atlas as A
+
+    rng = np.random.default_rng(3)
+    n, S = 4000, 40
+    u_lo = np.sort(rng.exponential(3.0, (n, S)), axis=1)[:, ::-1] * rng.uniform(0.2, 5, (n, 1))
+    u_hi = u_lo * rng.uniform(0.3, 1.0, (n, S))
+    u_hi[rng.random((n, S)) < 0.05] = np.nan
+    u_lo[rng.random((n, S)) < 0.02] = np.nan
+    t = rng.uniform(0, 1, n)
+    t[::7] = 0.0
+    e = np.exp(rng.uniform(-3, 3, n))
+    j, ce = A._first_chord_below(u_lo, u_hi, t, e)
+    col = A._delta_chord(u_lo, u_hi, t)
+    ok = col <= e[:, None]
+    jr = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
+    np.testing.assert_array_equal(j, jr)
+    np.testing.assert_array_equal(ce[jr >= 0], col[np.nonzero(jr >= 0)[0], jr[jr >= 0]])
+    assert (jr > 0).sum() > n // 2 and (jr == -1).any()
