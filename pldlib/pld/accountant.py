@@ -730,7 +730,8 @@ class PLDAccountant(Accountant):
         limit = self._bins()
         try:
             self._coarse_upper(st, deltas, "eps", strict=True)
-            need = COARSE_FACTOR * max(c.n_bins for c in st.coarse_cache.values())
+            # (no coarse composition -- it could not be had: left to the query, which coarsens)
+            need = COARSE_FACTOR * max((c.n_bins for c in st.coarse_cache.values()), default=0)
         except GridTooLargeError as e:
             need = COARSE_FACTOR * (e.need or limit)
         if need > limit:
