@@ -468,8 +468,10 @@ def _moments(sides: list[_Side], theta: float) -> tuple[float, float]:
     return mean, var
 
 
-#: below this many distinct sides, Chernoff bounds are minimised over 14 + 4 slopes, else 8 + 4
-CHERNOFF_FEW_SIDES = 32
+#: Chernoff bounds are minimised over this many geometric slopes in [0.5, 60] / sd, plus 4 far ones
+#: (each slope costs one windowed pass per side; 14 made windows ~4% narrower than 8, for 10-25%
+#: more time on cheap calls)
+CHERNOFF_SLOPES = 8
 
 
 class _Chernoff:
@@ -478,10 +480,9 @@ class _Chernoff:
     minimised over a geometric grid of s (any s gives a valid bound)."""
 
     def __init__(self, sides, theta, sd_total):
-        # (a coarser grid for many distinct sides -- schedules -- where each point costs a pass
-        # over all of them: any s gives a valid bound, a coarser grid only a wider window)
-        n = 14 if len(sides) < CHERNOFF_FEW_SIDES else 8
-        self.s = np.concatenate([np.geomspace(0.5, 60.0, n), [1e-2, 0.1, 300.0, 3e3]]) / max(sd_total, 1e-300)
+        # (any s gives a valid bound: a coarser grid only a slightly wider window)
+        self.s = np.concatenate([np.geomspace(0.5, 60.0, CHERNOFF_SLOPES), [1e-2, 0.1, 300.0, 3e3]]) \
+            / max(sd_total, 1e-300)
         self.kr = _tilted_cgf(sides, theta, self.s)
         self.kl = _tilted_cgf(sides, theta, -self.s)
 
