@@ -156,55 +156,44 @@ class _FileTables(dict):
         return self[key] if key in self else default
 
 
-#: columns past the log-log crossing where :func:`_first_below` looks for the interpolated one
+#: columns after a cheap lower curve's crossing where :func:`_first_at_or_below` evaluates the exact one
 _CROSS_WINDOW = 6
 
 
-def _first_below(p0: np.ndarray, p1: np.ndarray, w: np.ndarray, target: np.ndarray):
-    """(j, y[j - 1], y[j]) for each row: j the first column where the curve
-    y = ln((1 - w) e^{p0} + w e^{p1}) (eps linear between two grid deltas) is at or below
-    ``target`` (-1: nowhere; y values then unused).  Since y >= (1 - w) p0 + w p1 (Jensen), that
-    cheaper curve crosses first, and y is evaluated only on a window of columns after its crossing
-    (rows whose crossing lies beyond the window get the whole row)."""
-    n, S = p0.shape
-    r = np.arange(n)
-    with np.errstate(invalid="ignore"):
-        cheap = (1 - w)[:, None] * p0 + w[:, None] * p1
-        below = (cheap <= target[:, None]) & np.isfinite(cheap)
+def _first_at_or_below(cheap: np.ndarray, exact, target: np.ndarray):
+    """(j, y[j - 1], y[j]) per row: j the first column where the curve y = ``exact(rows, cols)``
+    is at or below ``target`` (-1: nowhere; then the y values are unused), as from whole rows.
+    ``cheap`` (n, S) is a lower bound of y, so no column before its crossing (of the target raised
+    by 1e-12 relative, for the rounding of ``cheap``) can be the first: y is evaluated on the column before that
+    crossing and the _CROSS_WINDOW after it, and in full only on rows whose crossing lies past
+    the window."""
+    n, S = cheap.shape
+    with np.errstate(invalid="ignore", over="ignore"):
+        below = cheap <= (target + 1e-12 * (np.abs(target) + 1.0))[:, None]
     jc = np.where(below.any(axis=1), below.argmax(axis=1), -1)
-    out_j = np.full(n, -1)
-    y0 = np.full(n, np.nan)
-    y1 = np.full(n, np.nan)
+    j = np.full(n, -1)
+    y0, y1 = np.full(n, np.nan), np.full(n, np.nan)
     rows = np.nonzero(jc >= 0)[0]
     if rows.size == 0:
-        return out_j, y0, y1
+        return j, y0, y1
     W = _CROSS_WINDOW
     cols = np.clip(jc[rows, None] - 1 + np.arange(W + 2)[None, :], 0, S - 1)  # jc - 1 .. jc + W
-
-    def curve(rr, cc):
-        a, b = p0[rr[:, None], cc], p1[rr[:, None], cc]
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            return np.log((1 - w[rr])[:, None] * np.exp(a) + w[rr][:, None] * np.exp(b))
-
-    y = curve(rows, cols)
+    y = exact(rows, cols)
     ok = (y[:, 1:] <= target[rows, None]) & np.isfinite(y[:, 1:]) & (cols[:, 1:] >= jc[rows, None])
     found = ok.any(axis=1)
     k = ok.argmax(axis=1)
-    j = cols[np.arange(rows.size), k + 1]
-    out_j[rows] = np.where(found, j, -1)
-    y0[rows] = y[np.arange(rows.size), k]
-    y1[rows] = y[np.arange(rows.size), k + 1]
-    # the crossing lies past the window: those rows in full
+    i = np.arange(rows.size)
+    j[rows] = np.where(found, cols[i, k + 1], -1)
+    y0[rows], y1[rows] = y[i, k], y[i, k + 1]
     far = rows[~found & (jc[rows] + W < S - 1)]
     if far.size:
-        yy = curve(far, np.broadcast_to(np.arange(S), (far.size, S)))
-        bl = (yy <= target[far, None]) & np.isfinite(yy)
-        jf = np.where(bl.any(axis=1), bl.argmax(axis=1), -1)
-        out_j[far] = jf
-        jm = np.maximum(jf, 1)
-        y0[far] = yy[np.arange(far.size), jm - 1]
-        y1[far] = yy[np.arange(far.size), jm]
-    return out_j, y0, y1
+        yy = exact(far, np.broadcast_to(np.arange(S), (far.size, S)))
+        ok = (yy <= target[far, None]) & np.isfinite(yy)
+        jf = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
+        i = np.arange(far.size)
+        j[far] = jf
+        y0[far], y1[far] = yy[i, np.maximum(jf, 1) - 1], yy[i, np.maximum(jf, 0)]
+    return j, y0, y1
 
 
 def _delta_chord(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -229,38 +218,15 @@ def _delta_chord(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray) -> np.ndarra
 
 def _first_chord_below(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray, e: np.ndarray):
     """(j, chord[j]) per row: j the first column whose :func:`_delta_chord` is <= e (-1: none),
-    as from the whole rows, computing the chord on a window only.  The chord is at least
-    (1 - t) u_lo + t u_hi (concavity of ln; u_lo where u_hi is unknown), so no column before
-    that cheap curve's crossing (taken with a 1e-12 relative margin for its rounding) can be the
-    first; rows whose crossing lies past the window get the whole row."""
-    n, S = u_lo.shape
+    as from the whole rows.  The chord is at least (1 - t) u_lo + t u_hi (concavity of ln; u_lo
+    where u_hi is unknown): the cheap curve of :func:`_first_at_or_below`."""
     u_lo, u_hi = np.asarray(u_lo, dtype=float), np.asarray(u_hi, dtype=float)
     tt = np.clip(t, 0.0, 1.0)[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
         cheap = np.where(np.isfinite(u_hi), (1 - tt) * u_lo + tt * u_hi, u_lo)
-        below = cheap - 1e-12 * (np.abs(cheap) + 1.0) <= e[:, None]
-    jc = np.where(below.any(axis=1), below.argmax(axis=1), -1)
-    j = np.full(n, -1)
-    ce = np.full(n, np.nan)
-    rows = np.nonzero(jc >= 0)[0]
-    if rows.size:
-        cols = np.minimum(jc[rows, None] + np.arange(_CROSS_WINDOW + 1)[None, :], S - 1)
-        rr = rows[:, None]
-        col = _delta_chord(u_lo[rr, cols], u_hi[rr, cols], t[rows])
-        ok = col <= e[rows, None]
-        found = ok.any(axis=1)
-        k = ok.argmax(axis=1)
-        i = np.arange(rows.size)
-        j[rows] = np.where(found, cols[i, k], -1)
-        ce[rows] = np.where(found, col[i, k], np.nan)
-        far = rows[~found & (jc[rows] + _CROSS_WINDOW < S - 1)]
-        if far.size:
-            col = _delta_chord(u_lo[far], u_hi[far], t[far])
-            ok = col <= e[far, None]
-            jf = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)
-            j[far] = jf
-            ce[far] = np.where(jf >= 0, col[np.arange(far.size), np.maximum(jf, 0)], np.nan)
-    return j, ce
+    j, _, ce = _first_at_or_below(cheap, lambda r, c: _delta_chord(u_lo[r[:, None], c], u_hi[r[:, None], c], t[r]),
+                                  e)
+    return j, np.where(j >= 0, ce, np.nan)
 
 
 class AtlasRangeError(ValueError):
@@ -511,30 +477,48 @@ class Atlas:
         w = np.where(span > 0, (lx - g[i0]) / np.where(span > 0, span, 1.0), 0.0)
         return i0, i1, np.clip(w, 0.0, 1.0)
 
+    def _delta_parts(self, d, qq, k, lmid_t, off=(0, 0, 0)) -> tuple:
+        """(p0, p1, w) for each query: log eps on the sigma grid, bilinear in (log q, log steps),
+        at the grid deltas below (p0) and above (p1) its delta, and delta's weight w on p1 (in log
+        delta).  Between them the estimate takes eps itself linear in log delta,
+        ln((1 - w) e^p0 + w e^p1): near delta(0) log eps bends sharply (3.9% -> 1.2% max error
+        over log eps linear).  ``lmid_t`` may be a box of the table starting at ``off``."""
+        (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = (self._bracket(name, x) for name, x in
+                                                     (("q", qq), ("steps", k), ("delta", d)))
+        a0, a1, b0, b1, c0, c1 = a0 - off[0], a1 - off[0], b0 - off[1], b1 - off[1], c0 - off[2], c1 - off[2]
+        parts = []
+        for ic in (c0, c1):
+            part = np.zeros((np.size(d), lmid_t.shape[-1]))
+            for ia, fa in ((a0, 1 - wa), (a1, wa)):
+                for ib, fb in ((b0, 1 - wb), (b1, wb)):
+                    part += (fa * fb)[:, None] * lmid_t[ia, ib, ic]
+            parts.append(part)
+        return parts[0], parts[1], wc
+
+    @staticmethod
+    def _delta_mix(p0, p1, w) -> np.ndarray:
+        """ln((1 - w) e^p0 + w e^p1), w broadcast along the rows."""
+        w = np.asarray(w)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return np.log((1 - w) * np.exp(p0) + w * np.exp(p1))
+
     def _estimate(self, e, d, qq, k, lmid_t, off=(0, 0, 0)) -> np.ndarray:
-        """Interpolated sigma (an estimate): log eps bilinear in (log q, log steps), eps linear in
-        log delta, then log sigma linear in log eps.  ``lmid_t``: see :meth:`_prepared`."""
+        """Interpolated sigma (an estimate): the curve of :meth:`_delta_parts` on the sigma grid,
+        then log sigma linear in log eps.  ``lmid_t``: see :meth:`_prepared`."""
         out = np.full(e.size, np.nan)
         n = e.size
+        ls = self._log["sigma"]
         for s in range(0, n, _BLOCK):  # (blocks that stay in cache: 3x faster than 20,000)
             sl = slice(s, min(n, s + _BLOCK))
-            (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = (self._bracket(name, x) for name, x in
-                                                         (("q", qq[sl]), ("steps", k[sl]), ("delta", d[sl])))
-            a0, a1, b0, b1, c0, c1 = a0 - off[0], a1 - off[0], b0 - off[1], b1 - off[1], c0 - off[2], c1 - off[2]
-            # log eps bilinear in (log q, log steps) at the two grid deltas; between them eps itself
-            # linear in log delta (near delta(0) log eps bends sharply: 3.9% -> 1.2% max error)
-            parts = []
-            for ic in (c0, c1):
-                part = np.zeros((sl.stop - sl.start, lmid_t.shape[-1]))
-                for ia, fa in ((a0, 1 - wa), (a1, wa)):
-                    for ib, fb in ((b0, 1 - wb), (b1, wb)):
-                        part += (fa * fb)[:, None] * lmid_t[ia, ib, ic]
-                parts.append(part)
+            p0, p1, w = self._delta_parts(d[sl], qq[sl], k[sl], lmid_t, off)
             target = np.log(e[sl])
-            jj, y0, y1 = _first_below(parts[0], parts[1], wc, target)
+            # the curve lies above (1 - w) p0 + w p1 (Jensen): evaluate it near that one's crossing
+            with np.errstate(invalid="ignore"):
+                cheap = (1 - w)[:, None] * p0 + w[:, None] * p1
+            jj, y0, y1 = _first_at_or_below(cheap, lambda r, c: self._delta_mix(p0[r[:, None], c], p1[r[:, None], c],
+                                                                                 w[r]), target)
             # invert log eps(log sigma) (decreasing) at log epsilon, per query: log-linear between
             # the last sigma above the target and the first at or below it
-            ls = self._log["sigma"]
             j1 = np.maximum(jj, 1)
             t = np.where((y0 - y1) > 0, (y0 - target) / np.where((y0 - y1) > 0, y0 - y1, 1.0), 0.0)
             val = ls[j1 - 1] + np.clip(t, 0.0, 1.0) * (ls[j1] - ls[j1 - 1])
@@ -633,12 +617,14 @@ class Atlas:
         """d log eps / d log sigma of the atlas's interpolated curve at s0 (an estimate).  Without
         the table's cached envelope, only the box of cells the curve reads is enveloped."""
         key = (sampling, relation)
+        d, q, k = (np.array([float(x)]) for x in (d, q, k))
         if key in self._env:
-            a = self._estimate_curve(d, q, k, self._env[key][2])
+            lmid, off = self._env[key][2], (0, 0, 0)
         else:
-            boxes = tuple(self._corners(name, x)[:2] for name, x in (("q", q), ("steps", k), ("delta", d)))
+            boxes = tuple((int(i0[0]), int(i1[0])) for i0, i1, _ in (self._bracket(name, x) for name, x in
+                                                                      (("q", q), ("steps", k), ("delta", d))))
             *_, lmid, off = self._few(key, boxes)
-            a = self._estimate_curve(d, q, k, lmid, off)
+        a = self._delta_mix(*self._delta_parts(d, q, k, lmid, off))[0]
         ls = self._log["sigma"]
         good = np.isfinite(a)
         if good.sum() < 2:
@@ -648,33 +634,6 @@ class Atlas:
         if not (good[j] and good[j + 1]):
             return None
         return float((a[j + 1] - a[j]) / (ls[j + 1] - ls[j]))
-
-    def _corners(self, name: str, x: float) -> tuple[int, int, float]:
-        """(i0, i1, w): the grid indices of axis ``name`` around x and x's weight on i1 (log scale)."""
-        g = self._log[name]
-        lx = math.log(x)
-        i0 = int(np.clip(np.searchsorted(g, lx, side="right") - 1, 0, max(g.size - 2, 0)))
-        i1 = min(i0 + 1, g.size - 1)
-        w = (lx - g[i0]) / (g[i1] - g[i0]) if g[i1] > g[i0] else 0.0
-        return i0, i1, min(max(w, 0.0), 1.0)
-
-    def _estimate_curve(self, d, q, k, lmid_t, offsets=(0, 0, 0)) -> np.ndarray:
-        """log eps of the interpolated curve on the sigma grid at one (delta, q, steps);
-        ``lmid_t`` may be a box of the table starting at ``offsets`` (q, steps, delta)."""
-        ws = []
-        for (name, x), o in zip((("q", q), ("steps", k), ("delta", d)), offsets):
-            i0, i1, w = self._corners(name, x)
-            ws.append((i0 - o, i1 - o, w))
-        (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = ws
-        parts = []
-        for ic in (c0, c1):  # as in _estimate: eps linear in log delta between the grid deltas
-            part = np.zeros(lmid_t.shape[-1])
-            for ia, fa in ((a0, 1 - wa), (a1, wa)):
-                for ib, fb in ((b0, 1 - wb), (b1, wb)):
-                    part = part + fa * fb * lmid_t[ia, ib, ic]
-            parts.append(part)
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            return np.log((1 - wc) * np.exp(parts[0]) + wc * np.exp(parts[1]))
 
 
 #: queries per block of a vectorised look-up (their sigma rows stay in cache)

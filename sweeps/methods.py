@@ -323,17 +323,13 @@ def capped_steps(acc, event, steps, deltas, cap: float):
     return lo, est, up, notes, capped
 
 
-def _opt_eps_cap(fld, v):
-    return _opt_positive_or_none(fld, v)
-
-
 def _register_pldlib_methods() -> None:
     from pldlib.methods import accountant_class, method_info, method_names
 
     for name in method_names(("certified", "upper", "estimate")):
         cls = accountant_class(name)
         opts = {o: _option_validator(name, o) for o in _constructor_options(cls) if o not in SWEEP_FIXED.get(name, {})}
-        opts["eps_cap"] = _opt_eps_cap  # (not a constructor option: read by the task, capped_steps)
+        opts["eps_cap"] = _opt_positive_or_none  # (not a constructor option: read by the task, capped_steps)
         register(name, options=opts, defaults=SWEEP_DEFAULTS.get(name, {}),
                  description=method_info(name).summary, tradeoff=True)(_registry_method(name))
 
