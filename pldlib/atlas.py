@@ -36,7 +36,13 @@ between a feasible and an infeasible point tightens it), and returns a
 sigma whose certified upper bound meets the target.  The first sigma is the
 estimate raised by CERTIFY_START_BIAS (the checked upper bound lies above the
 intervals' middle the estimate aims at); when it checks and lies within
-CERTIFY_WINDOW of the upper curve's root (by the atlas's slope), it is the answer.
+CERTIFY_WINDOW of the upper curve's root (by the atlas's slope), it is the answer;
+otherwise one Newton step with that slope, shortened when it goes down by
+CERTIFY_DAMPING times the first point's miss (a large miss means a poor local curve).
+Steering only: every returned sigma is checked by the accountant.
+
+Files written by ``export`` hold each table's monotone envelope (``save(...,
+envelope=True)``), so opening one skips computing it.
 """
 from __future__ import annotations
 
@@ -229,6 +235,12 @@ def _first_chord_below(u_lo: np.ndarray, u_hi: np.ndarray, t: np.ndarray, e: np.
     return j, np.where(j >= 0, ce, np.nan)
 
 
+def _unpermute(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    out = np.empty_like(x)
+    out[perm] = x
+    return out
+
+
 class AtlasRangeError(ValueError):
     """A query outside what the atlas covers (names the argument and the covered range)."""
 
@@ -293,7 +305,10 @@ class Atlas:
         contiguous (q, steps, delta, sigma) array, computed once: look-ups read whole sigma rows."""
         key = (sampling, relation)
         if key not in self._env:
-            up, lo = monotone_envelope(*self.tables[key], q_cut=self.q_cut(sampling))
+            if self.meta.get("enveloped"):  # stored as its own envelope (save(envelope=True))
+                up, lo = self.tables[key]
+            else:
+                up, lo = monotone_envelope(*self.tables[key], q_cut=self.q_cut(sampling))
             self._env[key] = tuple(np.ascontiguousarray(np.moveaxis(x, 0, -1)) for x in (up, lo, _log_mid(up, lo)))
         return self._env[key]
 
@@ -306,6 +321,10 @@ class Atlas:
         (q0, q1), (k0, k1), (d0, d1) = boxes
         up, lo = self.tables[key]
         cut = self.q_cut(key[0])
+        if self.meta.get("enveloped"):  # the file holds the envelope: the box is a slice of it
+            U, L = (x[:, q0 : q1 + 1, k0 : k1 + 1, d0 : d1 + 1] for x in (up, lo))
+            out = tuple(np.ascontiguousarray(np.moveaxis(x, 0, -1)) for x in (U, L, _log_mid(U, L)))
+            return out + ((q0, k0, d0),)
         U = _envelope(up[:, q0:, k0:, : d1 + 1], np.minimum, np.inf, (True, False, False, True),
                       None if cut is None or cut <= q0 else cut - q0)[:, : q1 - q0 + 1, : k1 - k0 + 1, d0:]
         L = _envelope(lo[:, : q1 + 1, : k1 + 1, d0:], np.maximum, -np.inf, (False, True, True, False),
@@ -319,23 +338,30 @@ class Atlas:
         return f"<Atlas {ax}; {keys}>"
 
     # -- files -----------------------------------------------------------------------
-    def save(self, path, precision: str = "float64") -> None:
+    def save(self, path, precision: str = "float64", envelope: bool = False) -> None:
         """Write a compressed ``.npz`` (numpy only; atomic: a temporary file then a rename).
 
         ``precision="float32"`` halves the file and keeps the bounds certified: each upper
         bound is rounded up and each lower bound down to the nearest float32 (a relative
         loosening of at most 2^-23); look-ups compute in float64 either way.
+        ``envelope=True`` stores each table's monotone envelope (:func:`monotone_envelope`:
+        tighter or equal bounds, holes filled where monotonicity allows) instead of the computed
+        cells, marked in the metadata, so that opening the file skips that pass; look-ups
+        answer the same either way.
         """
         if precision not in ("float64", "float32"):
             raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
         arrays = {f"axis_{a}": self.axes[a] for a in ATLAS_AXES}
         keys = []
         for i, (key, (up, lo)) in enumerate(self.tables.items()):
+            if envelope:
+                up, lo = self.envelope(*key)
             if precision == "float32":
                 up, lo = _outward_float32(up, lo)
             arrays[f"upper_{i}"], arrays[f"lower_{i}"] = up, lo
             keys.append(list(key))
-        meta = {**self.meta, "format": ATLAS_FORMAT, "keys": keys, "precision": precision}
+        meta = {**self.meta, "format": ATLAS_FORMAT, "keys": keys, "precision": precision,
+                "enveloped": bool(envelope or self.meta.get("enveloped", False))}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         p = Path(path)
         tmp = p.with_name(p.name + ".tmp.npz")
@@ -424,6 +450,11 @@ class Atlas:
                     raise AtlasRangeError(f"{what}={val!r} is not in the atlas (it has {have})")
             raise AtlasRangeError(f"sampling={sampling!r} with relation={relation!r} is not in the atlas "
                                   f"(it has {have})")
+        perm = None
+        if e.size > _BLOCK and not certify:
+            # in the tables' (q, steps, delta) order, the rows read lie near each other in memory
+            perm = np.lexsort((d, k, qq))
+            e, d, qq, k = e[perm], d[perm], qq[perm], k[perm]
         S = self.axes["sigma"]
         # certified: safe-side neighbours (q up, steps up, delta down)
         iq, ik, idd = self._index("q", qq, "up"), self._index("steps", k, "up"), self._index("delta", d, "down")
@@ -445,20 +476,24 @@ class Atlas:
             tchord = np.where(idd_up > idd, (d - D[idd]) / (D[idd_up] - D[idd]), 0.0)
         n = e.size
         sigma, eps_up, insufficient = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        jcert = np.full(n, -1)
         for s0 in range(0, n, _BLOCK):  # blocks of whole sigma rows that stay in cache
             b = slice(s0, min(n, s0 + _BLOCK))
             j, ce = _first_chord_below(up_t[iq[b] - oq, ik[b] - ok_, idd[b] - od],
                                        up_t[iq[b] - oq, ik[b] - ok_, idd_up[b] - od], tchord[b], e[b])
+            jcert[b] = j
             sigma[b] = np.where(j >= 0, S[np.maximum(j, 0)], np.nan)
             eps_up[b] = np.where(j >= 0, ce, np.nan)
             bad = lo_t[jq[b] - oq, jk[b] - ok_, jd[b] - od] > e[b, None]  # NaN compares False: unknown
             last = np.where(bad.any(axis=1), S.size - 1 - bad[:, ::-1].argmax(axis=1), -1)
             insufficient[b] = np.where(last >= 0, S[np.maximum(last, 0)], np.nan)
-        est = self._estimate(e, d, qq, k, lmid_t, (oq, ok_, od))
+        est = self._estimate(e, d, qq, k, lmid_t, (oq, ok_, od), hint=jcert)
         cut = self.q_cut(sampling)
         if cut is not None:  # q < 1 whose q-up neighbour is q = 1 of another family: not covered
             apart = (iq >= cut) & (qq < 1.0)
             sigma[apart] = eps_up[apart] = est[apart] = np.nan
+        if perm is not None:  # back to the queries' order
+            sigma, insufficient, est, eps_up = (_unpermute(x, perm) for x in (sigma, insufficient, est, eps_up))
         ans = AtlasAnswer(sigma, insufficient, est, eps_up, certified_by=["atlas"] * sigma.size)
         if certify:
             ans = self._certify(ans, e, d, qq, k, sampling, relation)
@@ -477,21 +512,31 @@ class Atlas:
         w = np.where(span > 0, (lx - g[i0]) / np.where(span > 0, span, 1.0), 0.0)
         return i0, i1, np.clip(w, 0.0, 1.0)
 
-    def _delta_parts(self, d, qq, k, lmid_t, off=(0, 0, 0)) -> tuple:
+    def _delta_parts(self, d, qq, k, lmid_t, off=(0, 0, 0), cols=None) -> tuple:
         """(p0, p1, w) for each query: log eps on the sigma grid, bilinear in (log q, log steps),
         at the grid deltas below (p0) and above (p1) its delta, and delta's weight w on p1 (in log
         delta).  Between them the estimate takes eps itself linear in log delta,
         ln((1 - w) e^p0 + w e^p1): near delta(0) log eps bends sharply (3.9% -> 1.2% max error
-        over log eps linear).  ``lmid_t`` may be a box of the table starting at ``off``."""
+        over log eps linear).  ``lmid_t`` may be a box of the table starting at ``off``; ``cols``
+        (n, W), if given, are the sigma columns to read per query (else all)."""
         (a0, a1, wa), (b0, b1, wb), (c0, c1, wc) = (self._bracket(name, x) for name, x in
                                                      (("q", qq), ("steps", k), ("delta", d)))
         a0, a1, b0, b1, c0, c1 = a0 - off[0], a1 - off[0], b0 - off[1], b1 - off[1], c0 - off[2], c1 - off[2]
+        if cols is None:
+            def read(ia, ib, ic):
+                return lmid_t[ia, ib, ic]
+        else:
+            flat, (_, nb, nc, ns) = lmid_t.reshape(-1), lmid_t.shape  # (lmid_t is contiguous)
+
+            def read(ia, ib, ic):
+                return flat.take((((ia * nb + ib) * nc + ic) * ns)[:, None] + cols)
         parts = []
         for ic in (c0, c1):
-            part = np.zeros((np.size(d), lmid_t.shape[-1]))
+            part = None
             for ia, fa in ((a0, 1 - wa), (a1, wa)):
                 for ib, fb in ((b0, 1 - wb), (b1, wb)):
-                    part += (fa * fb)[:, None] * lmid_t[ia, ib, ic]
+                    term = (fa * fb)[:, None] * read(ia, ib, ic)
+                    part = term if part is None else part + term
             parts.append(part)
         return parts[0], parts[1], wc
 
@@ -502,29 +547,61 @@ class Atlas:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             return np.log((1 - w) * np.exp(p0) + w * np.exp(p1))
 
-    def _estimate(self, e, d, qq, k, lmid_t, off=(0, 0, 0)) -> np.ndarray:
+    def _estimate(self, e, d, qq, k, lmid_t, off=(0, 0, 0), hint=None) -> np.ndarray:
         """Interpolated sigma (an estimate): the curve of :meth:`_delta_parts` on the sigma grid,
-        then log sigma linear in log eps.  ``lmid_t``: see :meth:`_prepared`."""
+        then log sigma linear in log eps.  ``lmid_t``: see :meth:`_prepared`.
+
+        ``hint`` (sigma column per query, e.g. the certified sigma's; -1: none): the curve is
+        first read on the _EST_WINDOW columns ending just past it.  The curve falls in sigma
+        (the envelope is monotone), so where the window's crossing has a finite value above the
+        target just before it, no earlier column can be at or below the target: the answer is
+        the whole row's.  Other queries are read in full."""
         out = np.full(e.size, np.nan)
-        n = e.size
-        ls = self._log["sigma"]
-        for s in range(0, n, _BLOCK):  # (blocks that stay in cache: 3x faster than 20,000)
-            sl = slice(s, min(n, s + _BLOCK))
-            p0, p1, w = self._delta_parts(d[sl], qq[sl], k[sl], lmid_t, off)
-            target = np.log(e[sl])
-            # the curve lies above (1 - w) p0 + w p1 (Jensen): evaluate it near that one's crossing
-            with np.errstate(invalid="ignore"):
-                cheap = (1 - w)[:, None] * p0 + w[:, None] * p1
-            jj, y0, y1 = _first_at_or_below(cheap, lambda r, c: self._delta_mix(p0[r[:, None], c], p1[r[:, None], c],
-                                                                                 w[r]), target)
-            # invert log eps(log sigma) (decreasing) at log epsilon, per query: log-linear between
-            # the last sigma above the target and the first at or below it
-            j1 = np.maximum(jj, 1)
-            t = np.where((y0 - y1) > 0, (y0 - target) / np.where((y0 - y1) > 0, y0 - y1, 1.0), 0.0)
-            val = ls[j1 - 1] + np.clip(t, 0.0, 1.0) * (ls[j1] - ls[j1 - 1])
-            val = np.where(jj == 0, np.nan, val)  # target above the curve's top: below the atlas's sigma range
-            out[sl] = np.where(jj >= 1, np.exp(val), np.nan)
+        S = self._log["sigma"].size
+        todo = np.arange(e.size)
+        if hint is not None and S > 2 * _EST_WINDOW:
+            W = _EST_WINDOW
+            has = np.nonzero(hint >= 0)[0]
+            c0 = np.clip(hint[has] - (W - 3), 0, S - W)
+            cols = c0[:, None] + np.arange(W)[None, :]
+            val, ok = np.full(has.size, np.nan), np.zeros(has.size, dtype=bool)
+            for s in range(0, has.size, _BLOCK):
+                sl = slice(s, min(has.size, s + _BLOCK))
+                r = has[sl]
+                val[sl], ok[sl] = self._invert(e[r], d[r], qq[r], k[r], lmid_t, off, cols[sl])
+            out[has[ok]] = val[ok]
+            todo = np.setdiff1d(todo, has[ok], assume_unique=True)
+        for s in range(0, todo.size, _BLOCK):  # (blocks that stay in cache: 3x faster than 20,000)
+            r = todo[s : s + _BLOCK]
+            out[r] = self._invert(e[r], d[r], qq[r], k[r], lmid_t, off, None)[0]
         return out
+
+    def _invert(self, e, d, qq, k, lmid_t, off, cols) -> tuple:
+        """(estimate, exact) per query on the sigma columns ``cols`` (None: all); ``exact``: the
+        crossing found is the whole row's (always, when reading all columns)."""
+        ls = self._log["sigma"] if cols is None else self._log["sigma"][cols]
+        p0, p1, w = self._delta_parts(d, qq, k, lmid_t, off, cols)
+        target = np.log(e)
+        # the curve lies above (1 - w) p0 + w p1 (Jensen): evaluate it near that one's crossing
+        with np.errstate(invalid="ignore"):
+            cheap = (1 - w)[:, None] * p0 + w[:, None] * p1
+        jj, y0, y1 = _first_at_or_below(cheap, lambda r, c: self._delta_mix(p0[r[:, None], c], p1[r[:, None], c],
+                                                                             w[r]), target)
+        # invert log eps(log sigma) (decreasing) at log epsilon, per query: log-linear between
+        # the last sigma above the target and the first at or below it
+        j1 = np.maximum(jj, 1)
+        t = np.where((y0 - y1) > 0, (y0 - target) / np.where((y0 - y1) > 0, y0 - y1, 1.0), 0.0)
+        if cols is None:
+            lo_s, hi_s = ls[j1 - 1], ls[j1]
+            exact = np.ones(e.size, dtype=bool)
+        else:
+            i = np.arange(e.size)
+            lo_s, hi_s = ls[i, j1 - 1], ls[i, j1]
+            with np.errstate(invalid="ignore"):
+                exact = (jj >= 1) & np.isfinite(y0) & (y0 > target)
+        val = lo_s + np.clip(t, 0.0, 1.0) * (hi_s - lo_s)
+        val = np.where(jj == 0, np.nan, val)  # target above the curve's top: below the atlas's sigma range
+        return np.where(jj >= 1, np.exp(val), np.nan), exact
 
     def _certify(self, ans: AtlasAnswer, e, d, qq, k, sampling, relation) -> AtlasAnswer:
         """Check each query with the accountant at its exact arguments (docstring of the module)."""
@@ -580,7 +657,13 @@ class Atlas:
                     else:
                         # one Newton-like step using the atlas's slope at s0
                         if sl is not None:
-                            s1 = s0 * math.exp((math.log(e[i]) - math.log(u0)) / sl) * (1 + 1e-3)
+                            step = (math.log(e[i]) - math.log(u0)) / sl
+                            if step < 0:
+                                # downwards from a feasible s0, a step past the root costs a third
+                                # evaluation: shorten it by the atlas's miss at s0 (a large miss
+                                # means a poor local curve, whose slope is then too shallow)
+                                step /= 1.0 + CERTIFY_DAMPING * abs(math.log(u0 / e[i]))
+                            s1 = s0 * math.exp(step) * (1 + 1e-3)
                         u1 = upper(s1)
                         evals += 1
                         if u1 <= e[i]:
@@ -636,6 +719,8 @@ class Atlas:
         return float((a[j + 1] - a[j]) / (ls[j + 1] - ls[j]))
 
 
+#: sigma columns the estimate reads first, ending two past the certified sigma's (:meth:`Atlas._estimate`)
+_EST_WINDOW = 16
 #: queries per block of a vectorised look-up (their sigma rows stay in cache)
 _BLOCK = 2_000
 #: up to this many queries, a look-up without the table's cached envelope computes it only on the
@@ -647,6 +732,10 @@ CERTIFY_REFINE = 4.0
 #: atlas's eps intervals, the checked upper bound lies above it (measured: estimates 0.36% below
 #: calibrate's sigma at the median over 170 queries)
 CERTIFY_START_BIAS = 0.003
+#: a downward step of ``certify=True`` is divided by 1 + this x |ln(u0 / epsilon)| (u0: the first
+#: sigma's checked eps): measured over the 200 verify queries, the atlas's local slope is too shallow
+#: by up to ~30% where its value misses by >10%
+CERTIFY_DAMPING = 3.0
 #: a first sigma that checks and lies within this relative distance of the upper curve's root
 #: (by the atlas's slope) is returned after one evaluation
 CERTIFY_WINDOW = 0.0035

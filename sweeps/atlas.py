@@ -120,12 +120,14 @@ def merge_atlases(atlases: list):
     return Atlas(axes, tables, meta)
 
 
-def export(store, out: str, method: str = "pld", precision: str = "float64") -> "object":
+def export(store, out: str, method: str = "pld", precision: str = "float64", envelope: bool = True) -> "object":
     """Write the atlas of ``store`` (a path, or a list of paths: their union, :func:`merge_atlases`)
-    to ``out`` (``.npz``); returns the :class:`Atlas`."""
+    to ``out`` (``.npz``); returns the :class:`Atlas`.  ``envelope``: store each table's monotone
+    envelope (the bounds look-ups use; opening the file then skips computing it), else the
+    computed cells as they are."""
     stores = [store] if isinstance(store, (str, bytes)) or not hasattr(store, "__iter__") else list(store)
     atlas = merge_atlases([atlas_from_store(str(s), method) for s in stores])
-    atlas.save(out, precision=precision)
+    atlas.save(out, precision=precision, envelope=envelope)
     return atlas
 
 
@@ -234,6 +236,8 @@ def main(argv=None) -> int:
     pe.add_argument("--method", default="pld")
     pe.add_argument("--float32", action="store_true",
                     help="store the bounds as float32 rounded outward (upper up, lower down): half the size")
+    pe.add_argument("--raw", action="store_true",
+                    help="store the computed cells, not their monotone envelope (opening is then slower)")
     pv = sub.add_parser("verify", help="re-check random off-grid queries")
     pv.add_argument("atlas")
     pv.add_argument("--n", type=int, default=200)
@@ -248,7 +252,7 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     try:
         if a.cmd == "export":
-            atlas = export(a.stores, a.out, a.method, "float32" if a.float32 else "float64")
+            atlas = export(a.stores, a.out, a.method, "float32" if a.float32 else "float64", not a.raw)
             print(f"wrote {a.out}: {atlas!r}")
             return 0
         res = verify(a.atlas, a.n, a.seed, a.sampling, a.relation, a.calibrate)

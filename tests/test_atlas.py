@@ -39,11 +39,15 @@ def atlas_path(tmp_path_factory, embedded_client):
 def test_export_round_trip_keeps_the_store_values(atlas_path):
     import xarray as xr
 
-    a = open_atlas(atlas_path)
-    ds = xr.open_zarr(str(atlas_path).replace(".npz", ".zarr"), chunks=None).isel(method=0)
+    from sweeps.atlas import export
+
+    store = str(atlas_path).replace(".npz", ".zarr")
+    a = export(store, str(atlas_path.with_name("raw.npz")), envelope=False)
+    ds = xr.open_zarr(store, chunks=None).isel(method=0)
     up, lo = a.tables[("poisson", "add_remove")]
     ref = ds["eps_upper"].sel(sampling="poisson", relation="add_remove").transpose("sigma", "q", "steps", "delta")
     assert np.array_equal(up, ref.values)
+    assert np.array_equal(open_atlas(atlas_path.with_name("raw.npz")).tables[("poisson", "add_remove")][0], up)
     assert np.all(lo <= up)
     b_path = atlas_path.with_name("copy.npz")
     a.save(b_path)
@@ -448,3 +452,79 @@ def test_windowed_chord_search_equals_the_whole_rows():
     np.testing.assert_array_equal(j, jr)
     np.testing.assert_array_equal(ce[jr >= 0], col[np.nonzero(jr >= 0)[0], jr[jr >= 0]])
     assert (jr > 0).sum() > n // 2 and (jr == -1).any()
+
+
+def _synthetic_atlas(rng, holes=0.1):
+    """An 86-sigma atlas from a closed form monotone in every axis (eps ~ q sqrt(k ln(1/delta)) /
+    sigma + q^2 k / sigma^2), with its intervals +-(0-3)% and holes; a stand-in for a large store."""
+    ax = {"sigma": np.geomspace(0.2, 3000, 86), "q": np.geomspace(1e-4, 1, 30), "steps": np.geomspace(1, 1e6, 25),
+          "delta": np.geomspace(1e-10, 1e-3, 8)}
+    s, q, k, d = np.meshgrid(*(ax[a] for a in ("sigma", "q", "steps", "delta")), indexing="ij")
+    eps = q * np.sqrt(k * 2 * np.log(1.25 / d)) / s + q * q * k / (s * s)
+    up = eps * (1 + rng.uniform(0, 0.03, eps.shape))
+    lo = eps * (1 - rng.uniform(0, 0.03, eps.shape))
+    up[rng.random(eps.shape) < holes] = np.nan
+    lo[rng.random(eps.shape) < holes] = np.nan
+    return Atlas(ax, {("poisson", "add_remove"): (up, lo)})
+
+
+def test_large_lookups_equal_small_ones_and_the_windowed_estimate_the_whole_rows():
+    """Many queries at once (sorted into the tables' order internally, the estimate read on a
+    window of sigma columns near the certified one) answer exactly as batches of a few do, and
+    the windowed estimate equals the whole-row one."""
+    rng = np.random.default_rng(8)
+    a = _synthetic_atlas(rng)
+    n = 6000
+    e = np.exp(rng.uniform(np.log(0.05), np.log(50), n))
+    d = np.exp(rng.uniform(np.log(1e-10), np.log(1e-3), n))
+    q = np.exp(rng.uniform(np.log(1e-4), np.log(1), n))
+    k = np.round(np.exp(rng.uniform(0, np.log(1e6), n)))
+    big = a.sigma_for(e, d, q, k)
+    parts = [a.sigma_for(e[i : i + 40], d[i : i + 40], q[i : i + 40], k[i : i + 40]) for i in range(0, n, 40)]
+    for f in ("sigma", "sigma_insufficient", "estimate", "eps_upper"):
+        np.testing.assert_array_equal(getattr(big, f), np.concatenate([getattr(p, f) for p in parts]))
+    fin = np.isfinite(big.estimate)
+    assert fin.sum() > n // 2 and (~fin).any() and np.isfinite(big.sigma).sum() > n // 2
+    up, lo, lmid = a._prepared("poisson", "add_remove")
+    hint = np.searchsorted(a.axes["sigma"], np.where(np.isfinite(big.sigma), big.sigma, np.inf))
+    hint = np.where(hint < a.axes["sigma"].size, hint, -1)
+    whole = a._estimate(e, d, q, k, lmid, hint=None)
+    np.testing.assert_array_equal(a._estimate(e, d, q, k, lmid, hint=hint), whole)
+    # a poor hint (far from the crossing) falls back on the whole rows, same answer
+    np.testing.assert_array_equal(a._estimate(e, d, q, k, lmid, hint=np.full(n, 20)), whole)
+
+
+def test_an_enveloped_file_answers_as_the_raw_one(atlas_path, tmp_path):
+    """export stores the monotone envelope (opening skips that pass): the same look-ups, few or
+    many, as a file of the computed cells, whose values it bounds (tighter or equal)."""
+    from pldlib.atlas import monotone_envelope
+    from sweeps.atlas import export
+
+    raw, env = tmp_path / "raw.npz", tmp_path / "env.npz"
+    rng = np.random.default_rng(4)
+    syn = _synthetic_atlas(rng, holes=0.3)
+    for atl, name in ((None, "test atlas"), (syn, "synthetic")):
+        if atl is None:
+            store = str(atlas_path).replace(".npz", ".zarr")
+            export(store, str(raw), envelope=False)
+            export(store, str(env))
+        else:
+            atl.save(raw)
+            atl.save(env, envelope=True)
+        r, v = open_atlas(raw), open_atlas(env)
+        assert v.meta["enveloped"] and not r.meta["enveloped"], name
+        for key in r.tables:
+            U, L = monotone_envelope(*r.tables[key], q_cut=r.q_cut(key[0]))
+            np.testing.assert_array_equal(v.tables[key][0], U)
+            np.testing.assert_array_equal(v.tables[key][1], L)
+        ax = r.axes
+        n = 3000
+        e = np.exp(rng.uniform(np.log(0.1), np.log(20), n))
+        d, q, k = (np.exp(rng.uniform(np.log(ax[x][0]), np.log(ax[x][-1]), n)) for x in ("delta", "q", "steps"))
+        k = np.round(k)
+        for sl in (slice(0, 3), slice(None)):  # a few (the boxes' envelope) and many (the whole)
+            x, y = (t.sigma_for(e[sl], d[sl], q[sl], k[sl]) for t in (open_atlas(raw), open_atlas(env)))
+            for f in ("sigma", "sigma_insufficient", "estimate", "eps_upper"):
+                np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
+    assert (np.isnan(syn.tables[("poisson", "add_remove")][0]).sum()
+            > np.isnan(open_atlas(env).tables[("poisson", "add_remove")][0]).sum())  # holes were filled
