@@ -5,7 +5,8 @@ Seeded random targets, log-uniform in eps 0.1-20, delta 1e-12-1e-3, q 1e-5-1, st
 Each :func:`pldlib.calibrate` runs in a child process with a time cap; its sigma is re-checked
 by one accountant evaluation (certified: upper eps <= target).  The five slowest points are
 also calibrated with dp_accounting's ``calibrate_dp_mechanism`` (PLD accountant, its defaults)
-under the same cap.  Writes a markdown table (default ``results/CALIBRATION_GRID.md``).
+under the same cap.  Writes a markdown table (default ``results/CALIBRATION_GRID.md``), and the
+summary with the five slowest into a marked section of ``results/CALIBRATION.md``.
 """
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.calibration_grid")
     ap.add_argument("--n", type=int, default=24)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "CALIBRATION_GRID.md")
+    ap.add_argument("--report", type=Path, default=ROOT / "results" / "CALIBRATION.md",
+                    help="the calibration report whose marked section gets the summary and the five slowest")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(16)
     pts = [(1.68, 1e-6, 3e-4, 32)]
@@ -119,7 +122,41 @@ def main(argv=None) -> int:
                      f"{pr[2] if pr[0] != 'ok' else f'{pr[2]:.5g}'} |")
     args.out.write_text("\n".join(lines) + "\n")
     print("wrote", args.out)
+    # the summary and the five slowest also go into the calibration report (a marked section
+    # that benchmarks.calibration keeps when it rewrites the rest)
+    start = lines.index(next(x for x in lines if x.startswith("**The five slowest")))
+    block = [f"## The issue-16 calibration box (`python -m benchmarks.calibration_grid`, all {len(rows)} points "
+             f"in `{args.out.name}`)", "", lines[4], ""] + lines[start:]
+    write_marked_section(args.report, block)
+    print("updated", args.report)
     return 0
+
+
+#: delimiters of the section this benchmark owns in the calibration report
+MARK_BEGIN, MARK_END = "<!-- calibration-grid: begin -->", "<!-- calibration-grid: end -->"
+
+
+def marked_section(path: Path) -> list[str]:
+    """The lines of the marked section of ``path``, delimiters included ([] if none)."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    if MARK_BEGIN in lines and MARK_END in lines:
+        return lines[lines.index(MARK_BEGIN) : lines.index(MARK_END) + 1]
+    return []
+
+
+def write_marked_section(path: Path, block: list[str]) -> None:
+    """Put ``block`` between the markers in ``path`` (replacing the old one, else appended)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    old = marked_section(path)
+    new = [MARK_BEGIN, *block, MARK_END]
+    if old:
+        i = lines.index(MARK_BEGIN)
+        lines[i : i + len(old)] = new
+    else:
+        lines += [""] + new
+    path.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -92,3 +92,27 @@ def test_crossing_directions_both_used_and_bounds_respected():
     full = _full(pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, interval=1e-3)).delta(eps)
     np.testing.assert_allclose(got.lower, full.lower, rtol=0, atol=1e-15)
     np.testing.assert_allclose(got.upper, full.upper, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("lower_bound", [True, False])
+def test_nearly_symmetric_directions_are_composed_without_a_coarse_screen(lower_bound, monkeypatch):
+    # at small q the add and remove directions' normal scores agree to 1e-4: the coarse bound
+    # of the second (8x the spacing) cannot fall below the first's answer, so no coarse
+    # composition is made; forcing the screen gives the same interval, after a wasted one
+    import pldlib.pld.accountant as A
+
+    mech = pldlib.Gaussian(sigma=2.18, q=1.8e-4, sampling="poisson", relation="add_remove")
+
+    def run():
+        acc = pldlib.account(mech, steps=5950, interval=1e-4, lower_bound=lower_bound)
+        calls = []
+        orig = acc._coarse_upper
+        monkeypatch.setattr(acc, "_coarse_upper", lambda *a, **k: calls.append(1) or orig(*a, **k))
+        return acc.epsilon(1.9e-7), len(calls), acc
+
+    got, n_coarse, acc = run()
+    assert n_coarse == 0 and all(st.source.built for st in acc._branches)
+    monkeypatch.setattr(A, "SCREEN_CLOSE", -1.0)  # every branch but none screened-out by score
+    forced, n_forced, _ = run()
+    assert n_forced >= 1
+    assert (got.lower, got.upper) == (forced.lower, forced.upper)

@@ -71,6 +71,9 @@ COARSE_FACTOR = 8
 #: from this many distinct components on, every branch is composed in full (no coarse screening:
 #: its discretisations would cost more than the branch it might skip)
 SCREEN_MAX_COMPONENTS = 32
+#: branches whose normal-approximation scores (``_likely_first``) are within this relative
+#: distance of the highest are all composed in full, unscreened
+SCREEN_CLOSE = 1e-3
 #: the spacing rule's h^2 term: h <= sqrt(RULE_C * eps_typ / K) (docs/MATH.md 5.1)
 RULE_C = 0.002
 #: the automatic grid is refined when a probe's relative width exceeds this (aiming at 0.4%)
@@ -381,6 +384,17 @@ def _tilt_plds(st) -> list:
         return st.uppers
 
 
+def _estimated_tilt(st, plds, delta: float, cut) -> float:
+    """:func:`estimate_tilt` of ``plds`` (a branch's cached list) composed ``st.counts`` times,
+    kept per (list, delta, cut) on the branch: its coarse screen and its fine composition
+    start from the same estimate."""
+    key = (id(plds), float(delta), cut)
+    hit = st.tilts.get(key)
+    if hit is None:
+        hit = st.tilts[key] = estimate_tilt(plds, st.counts, float(delta), cut)
+    return hit
+
+
 class _BranchState:
     """One branch label of an accountant: its (lazily built) PLDs, counts and compositions."""
 
@@ -390,6 +404,7 @@ class _BranchState:
         self.counts = counts
         self.cache: dict = {}
         self.coarse_cache: dict = {}
+        self.tilts: dict = {}  # (id of a PLD list, delta, cut) -> estimated tilt
 
     @property
     def uppers(self) -> list:
@@ -715,7 +730,7 @@ class PLDAccountant(Accountant):
             if not st.source.built and len(self._eff) < SCREEN_MAX_COMPONENTS:
                 self._fits_coarse(st, deltas, cut)
                 continue
-            theta = estimate_tilt(_tilt_plds(st), st.counts, 1e-5, cut)
+            theta = _estimated_tilt(st, _tilt_plds(st), 1e-5, cut)
             compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
                     max_bins=self._bins(), cut_scale=cut, dry_run=True)
 
@@ -990,7 +1005,7 @@ class PLDAccountant(Accountant):
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
             return (self._tilt_for(st, up[j], cut) if np.isfinite(up[j])
-                    else estimate_tilt(_tilt_plds(st), st.counts, float(deltas[j]), cut))
+                    else _estimated_tilt(st, _tilt_plds(st), float(deltas[j]), cut))
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
         # (the tilt needs no precision: estimated on the cheap coarse PLDs)
@@ -998,7 +1013,7 @@ class PLDAccountant(Accountant):
             u = np.abs(up[todo])
             return np.max(u[np.isfinite(u)], initial=1.0)
 
-        lo, up, share = self._retilt(st, deltas, estimate_tilt(_tilt_plds(st), st.counts, float(deltas.min()), cut),
+        lo, up, share = self._retilt(st, deltas, _estimated_tilt(st, _tilt_plds(st), float(deltas.min()), cut),
                                      evaluate, propose, cut_scale=cut, eps_of=eps_of)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
@@ -1028,7 +1043,7 @@ class PLDAccountant(Accountant):
         try:
             plds = st.source.coarse()
             cut = _cut_scale(x) if kind == "eps" else None
-            theta = estimate_tilt(plds, st.counts, float(x.min()), cut) if kind == "eps" else 0.0
+            theta = _estimated_tilt(st, plds, float(x.min()), cut) if kind == "eps" else 0.0
             key = (round(theta, 12), cut)
             if key not in st.coarse_cache:
                 st.coarse_cache[key] = compose(plds, None, st.counts, theta=theta, max_bins=self._bins(),
@@ -1048,10 +1063,11 @@ class PLDAccountant(Accountant):
             return np.full(x.size, np.inf)
         return np.where(np.isnan(out), np.inf, out)
 
-    def _likely_first(self, x, kind: str) -> int | None:
-        """Index of the branch whose composed loss a normal approximation (mean + z sd, z for the
-        smallest delta; from each branch's coarse pessimistic PLDs, no composition) puts highest;
-        None when it cannot tell (then every branch gets its coarse bound)."""
+    def _likely_first(self, x, kind: str) -> tuple[int | None, list]:
+        """(index, scores): the branch whose composed loss a normal approximation (score: mean +
+        z sd, z for the smallest delta; from each branch's coarse pessimistic PLDs, no
+        composition) puts highest, and every branch's score; (None, []) when it cannot tell
+        (then every branch gets its coarse bound)."""
         try:
             z = math.sqrt(2.0 * math.log(1.0 / max(float(np.min(x)), 1e-300))) if kind == "eps" else 2.0
             small = 1e-3 * (float(np.min(x)) if kind == "eps" else 1e-6)
@@ -1059,17 +1075,17 @@ class PLDAccountant(Accountant):
             for st in self._branches:
                 plds = st.source.coarse()
                 if sum(k * p.p_inf for p, k in zip(plds, st.counts)) > small:
-                    return None  # mass at +inf that matters: the approximation says nothing about it
+                    return None, []  # mass at +inf that matters: the approximation says nothing about it
                 m = v = 0.0
                 for p, k in zip(plds, st.counts):
                     mu, var = p.moments()
                     m, v = m + k * mu, v + k * var
                 score.append(m + z * math.sqrt(max(v, 0.0)))
         except (ArithmeticError, MemoryError, ValueError):
-            return None
+            return None, []
         if not all(math.isfinite(sc) for sc in score):
-            return None
-        return int(np.argmax(score))
+            return None, []
+        return int(np.argmax(score)), score
 
     def _combine(self, x, kind: str):
         """(lower, upper) of max over branches of eps(x) or delta(x).
@@ -1090,8 +1106,14 @@ class PLDAccountant(Accountant):
         # the branch computed first needs no coarse bound (it is computed at every query): when
         # none is built yet, it is the one a normal approximation from the coarse PLDs' moments
         # puts highest (only the work done depends on this choice, never the bounds)
-        first = self._likely_first(x, kind) if screen and not any(st.source.built for st in self._branches) else None
-        coarse = [np.full(x.size, np.inf) if st.source.built or not screen or i == first
+        first, score = (self._likely_first(x, kind) if screen and not any(st.source.built for st in self._branches)
+                        else (None, []))
+        # a branch whose score is within SCREEN_CLOSE of the first's gets no coarse bound either:
+        # nearly symmetric directions (small q) differ by less than the coarse grid's excess, so
+        # the screen could not skip it (measured: it never did on 20 DP-SGD shapes)
+        close = {i for i, sc in enumerate(score) if first is not None and
+                 sc >= score[first] - SCREEN_CLOSE * abs(score[first])}
+        coarse = [np.full(x.size, np.inf) if st.source.built or not screen or i in close
                   else self._coarse_upper(st, x, kind) for i, st in enumerate(self._branches)]
         lo = np.full(x.size, empty)
         up = np.full(x.size, empty)
