@@ -120,13 +120,23 @@ def merge_atlases(atlases: list):
     return Atlas(axes, tables, meta)
 
 
-def export(store, out: str, method: str = "pld", precision: str = "float64", envelope: bool = True) -> "object":
+def export(store, out: str, method: str = "pld", precision: str = "float64", envelope: bool = True,
+           margin: float = 0.0) -> "object":
     """Write the atlas of ``store`` (a path, or a list of paths: their union, :func:`merge_atlases`)
     to ``out`` (``.npz``); returns the :class:`Atlas`.  ``envelope``: store each table's monotone
     envelope (the bounds look-ups use; opening the file then skips computing it), else the
-    computed cells as they are."""
+    computed cells as they are.  ``margin`` (relative, >= 0): every upper bound is raised and
+    every lower bound lowered by ``margin`` times its size (e.g. for stores computed under an
+    earlier, smaller round-off model: results/atlas/README.md)."""
+    if not (margin >= 0.0 and math.isfinite(margin)):
+        raise ValueError(f"margin must be >= 0 and finite, got {margin!r}")
     stores = [store] if isinstance(store, (str, bytes)) or not hasattr(store, "__iter__") else list(store)
     atlas = merge_atlases([atlas_from_store(str(s), method) for s in stores])
+    if margin > 0.0:
+        from pldlib.atlas import Atlas
+
+        widened = {k: (u + margin * np.abs(u), l - margin * np.abs(l)) for k, (u, l) in atlas.tables.items()}
+        atlas = Atlas(atlas.axes, widened, {**atlas.meta, "margin": float(margin)})
     atlas.save(out, precision=precision, envelope=envelope)
     return atlas
 
@@ -236,6 +246,8 @@ def main(argv=None) -> int:
     pe.add_argument("--method", default="pld")
     pe.add_argument("--float32", action="store_true",
                     help="store the bounds as float32 rounded outward (upper up, lower down): half the size")
+    pe.add_argument("--margin", type=float, default=0.0, metavar="REL",
+                    help="raise upper bounds and lower lower bounds by REL times their size (default 0)")
     pe.add_argument("--raw", action="store_true",
                     help="store the computed cells, not their monotone envelope (opening is then slower)")
     pv = sub.add_parser("verify", help="re-check random off-grid queries")
@@ -252,7 +264,7 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     try:
         if a.cmd == "export":
-            atlas = export(a.stores, a.out, a.method, "float32" if a.float32 else "float64", not a.raw)
+            atlas = export(a.stores, a.out, a.method, "float32" if a.float32 else "float64", not a.raw, a.margin)
             print(f"wrote {a.out}: {atlas!r}")
             return 0
         res = verify(a.atlas, a.n, a.seed, a.sampling, a.relation, a.calibrate)

@@ -528,3 +528,20 @@ def test_an_enveloped_file_answers_as_the_raw_one(atlas_path, tmp_path):
                 np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
     assert (np.isnan(syn.tables[("poisson", "add_remove")][0]).sum()
             > np.isnan(open_atlas(env).tables[("poisson", "add_remove")][0]).sum())  # holes were filled
+
+
+def test_export_margin_widens_every_bound_outward(atlas_path, tmp_path, capsys):
+    from sweeps.atlas import export, main
+
+    store = str(atlas_path).replace(".npz", ".zarr")
+    raw = export(store, str(tmp_path / "r.npz"), envelope=False)
+    wide = export(store, str(tmp_path / "w.npz"), envelope=False, margin=1e-6)
+    assert open_atlas(tmp_path / "w.npz").meta["margin"] == 1e-6
+    for key, (u, l) in raw.tables.items():
+        U, L = open_atlas(tmp_path / "w.npz").tables[key]
+        fin = np.isfinite(u)
+        np.testing.assert_array_equal(U[fin], u[fin] + 1e-6 * np.abs(u[fin]))
+        fin = np.isfinite(l)
+        np.testing.assert_array_equal(L[fin], l[fin] - 1e-6 * np.abs(l[fin]))
+    assert main(["export", store, str(tmp_path / "bad.npz"), "--margin", "-1"]) == 2
+    assert "margin" in capsys.readouterr().err and not (tmp_path / "bad.npz").exists()

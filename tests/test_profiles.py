@@ -373,3 +373,76 @@ def test_finite_profile_delta_with_many_atoms_matches_exact_sums():
         terms = [pj * -math.expm1(e - lj) for lj, pj in zip(prof.losses, prof.p_masses) if lj > e]
         want = math.fsum(terms + [prof.p_inf])
         assert abs(g - want) <= 8 * 2.0**-53 * want + 1e-300, (e, g, want)
+
+
+@pytest.mark.parametrize("s", [0.3, 1.0, 7.0])
+def test_gaussian_noise_sf_and_cdf_from_one_tail_evaluation(s):
+    """GaussianNoise.sf_cdf (the larger side as 1 - the smaller tail) against mpmath's normal tails
+    within the value-error model the discretisers use (value_error: 16 ulp for values of order 1,
+    growing with |ln v|; ndtr's own tail error grows like z^2 ulp), deep into both tails; and a
+    mixture's grid_values (one evaluation per shift) against its four separate functions."""
+    import pldlib
+    from pldlib.profiles.base import PrivacyProfile, value_error
+    from pldlib.profiles.mixtures import GaussianNoise
+
+    noise = GaussianNoise(s, 1.0)
+    x = np.concatenate([np.linspace(-39 * s, 39 * s, 2001), [0.0, -0.0, 1e-300, np.inf, -np.inf]])
+    sf, cdf = noise.sf_cdf(x)
+    mp.mp.dps = 40
+    worst = 0.0
+    for xi, a, b in zip(x, sf, cdf):
+        if not np.isfinite(xi):
+            assert (a, b) == ((0.0, 1.0) if xi > 0 else (1.0, 0.0))
+            continue
+        z = mp.mpf(float(xi)) / s
+        for got, want in ((a, mp.ncdf(-z)), (b, mp.ncdf(z))):
+            err = abs(mp.mpf(float(got)) - want)
+            assert err <= float(value_error(float(got))), (xi, got)
+            if want > 1e-290:
+                worst = max(worst, float(err / want) / (np.finfo(float).eps / 2))
+    assert worst > 16  # (why a constant 16 ulp was not enough: ndtr's tails are further off)
+    for rel in ("add", "remove"):
+        m = pldlib.Gaussian(sigma=s, q=0.03, sampling="poisson", relation=rel)
+        for br in m.branches():
+            eps = np.linspace(-0.2, 6.0, 3001)
+            for got, sep in zip(br.upper.grid_values(eps), PrivacyProfile.grid_values(br.upper, eps)):
+                np.testing.assert_allclose(got, sep, rtol=8 * np.finfo(float).eps, atol=1e-300)
+
+
+@pytest.mark.parametrize("sigma, q", [(1.0, 0.01), (0.5, 0.3)])
+def test_subsampled_gaussian_grid_values_are_within_the_value_error_model(sigma, q):
+    """The values connect-the-dots differences (sf/cdf of both sides at loss thresholds, the
+    threshold's own rounding included) against mpmath at the exact threshold, far into the tails:
+    each within value_error (the model the certified mass errors are built on)."""
+    import pldlib
+    from pldlib.profiles.base import value_error
+
+    mp.mp.dps = 50
+    for rel in ("add", "remove"):
+        pr = pldlib.Gaussian(sigma=sigma, q=q, sampling="poisson", relation=rel).branches()[0].upper
+        lo, hi = pr.eps_bounds(1e-250)
+        eps = np.linspace(max(lo, -30.0), min(hi, 30.0), 27)[1:-1]
+        vals = pr.grid_values(eps)
+        s, D = mp.mpf(pr.noise.s), mp.mpf(pr.noise.D)
+        P = [(mp.mpf(a), mp.mpf(c)) for a, c in zip(pr.pa, pr.pc) if a > 0]
+        Q = [(mp.mpf(b), mp.mpf(d)) for b, d in zip(pr.qb, pr.qd) if b > 0]
+
+        def loss(x):  # ln of the density ratio of the unreversed pair (components N(c, s^2))
+            def dens(W):
+                return mp.log(sum(w * mp.e ** ((2 * x * c - c * c) / (2 * s * s)) for w, c in W))
+            return dens(P) - dens(Q)
+
+        for i, e in enumerate(eps):
+            target = mp.mpf(-e if pr.reverse else e)
+            a, b = mp.mpf(-1000), mp.mpf(1000)
+            for _ in range(230):  # bisection: the loss is increasing in x
+                mid = (a + b) / 2
+                a, b = (a, mid) if loss(mid) > target else (mid, b)
+            x = (a + b) / 2
+            up = (lambda y: mp.ncdf(y / s)) if pr.reverse else (lambda y: mp.ncdf(-y / s))
+            down = (lambda y: mp.ncdf(-y / s)) if pr.reverse else (lambda y: mp.ncdf(y / s))
+            Pp, Qq = (Q, P) if pr.reverse else (P, Q)
+            exact = [sum(w * f(x - c) for w, c in W) for W, f in ((Pp, up), (Pp, down), (Qq, up), (Qq, down))]
+            for k in range(4):
+                got = float(vals[k][i])
+                assert abs(mp.mpf(got) - exact[k]) <= float(value_error(got)), (rel, e, k, got)

@@ -45,11 +45,13 @@ What the bounds cover (per branch; K = total number of steps)
    best t of a fixed ladder of (t, eta_H) pairs (every pair is a valid bound),
    so a query at delta >> delta_error gets a smaller eps-widening than
    eps_error.
-4. **Floating point in the masses.**  Under the library's model that a
-   profile's sf/cdf values are accurate to ``SF_REL_ACCURACY`` relative
-   (:mod:`pldlib.pld.discretize`), the computed bin masses telescope: a right
-   tail sum T_j of the computed pmf is within kappa T_j + b of the exact one,
-   with kappa ~ 1e-14 relative and b ~ 1e-14 absolute only left of the
+4. **Floating point in the masses.**  Under the library's model of a
+   profile's sf/cdf values (:func:`~pldlib.profiles.base.value_error`: relative
+   accuracy ``SF_REL_ACCURACY`` of order-1 values, growing with |ln v| in the tails:
+   at worst that of the smallest value read, ~6e-14 at a 1e-14 truncation), the
+   computed bin masses telescope: a right tail sum T_j of the computed pmf is within
+   kappa T_j + b of the exact one, with kappa ~ 1e-13 relative and b ~ 1e-14
+   absolute only left of the
    median bin (tail sums right of it are differences of accurate sf values),
    whatever the number of bins.  Scaling the pmf by (1 + kappa) and adding
    b at the bin left of the median (and a p_inf-related speck at the top)
@@ -78,7 +80,7 @@ float-dominance correction and the composition's own), which are at most the
 requested (eps_error, delta_error) for t and eta_H at the design point and
 usually far below for the others; ``error_budget()`` lists them.  Nothing
 rests on an unproved assumption except the accuracy model of the profile's
-sf/cdf (item 4, the library-wide ``SF_REL_ACCURACY``) and the FFT round-off
+sf/cdf (item 4, the library-wide ``value_error``) and the FFT round-off
 bound of :mod:`pldlib.pld.compose` (item 5).  Answers whose round-off cannot
 be pushed below half the answer, or whose certified delta-error reaches the
 queried delta, raise :class:`~pldlib.PrecisionLimitError`; a mesh or a
@@ -110,8 +112,7 @@ from .._validate import PrecisionLimitError
 from .base import Accountant, Estimate, branch_labels, components_of
 from ..pld import compose as _C
 from ..pld.compose import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
-from ..pld.discretize import SF_REL_ACCURACY
-from ..profiles.base import loss_range
+from ..profiles.base import SF_REL_ACCURACY, TAIL_LOG_ACCURACY, VALUE_ABS_FLOOR, loss_range, value_error
 from ..profiles.mixtures import MaxProfile, MixtureProfile
 from ..pld.grid import DiscretePLD, GridMeasure
 
@@ -229,12 +230,18 @@ def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_B
     clip = 0.0
     off_lo = off_hi = off_abs = 0.0
     cp_star = sp_star = sp_n = None
+    vmin = 1.0  # smallest positive sf/cdf value read: the worst relative accuracy (value_error)
     for b0 in range(0, n, _CHUNK):
         b1 = min(n, b0 + _CHUNK)
         j = np.arange(b0, b1 + 1)
         x = edge(j)
         cp, sp_raw, cq, sq = (np.asarray(v, dtype=float) for v in _edge_values(profile, x))
         sp = sp_raw - p_inf
+        # the sf values right of the switch telescope in the right tail sums (relative bound
+        # below); left of it the cdf values' errors are absolute terms, largest at cp_star
+        right = sp_raw[(j >= jstar) & (sp_raw > 0)]
+        if right.size:
+            vmin = min(vmin, float(right.min()))
         if b0 <= jstar <= b1:
             cp_star, sp_star = float(cp[jstar - b0]), float(sp[jstar - b0])
         if b1 == n:
@@ -257,8 +264,9 @@ def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_B
         c = (i_lo + np.arange(b0, b1, dtype=float)) * h
         l = x[:-1] - c  # exact (Sterbenz) for the grids used here
         r = x[1:] - c
-        eP = 2.0 * (SF_REL_ACCURACY + _U) * vP + 2.0 * _U * P
-        eQ = 2.0 * SF_REL_ACCURACY * vQ + 2.0 * _U * Qm
+        # (value_error grows as v falls: the smaller value differenced is within it too)
+        eP = 2.0 * (value_error(vP) + _U * vP) + 2.0 * _U * P
+        eQ = 2.0 * value_error(vQ) + 2.0 * _U * Qm
         with np.errstate(over="ignore", under="ignore"):
             ec = np.exp(c)
         R = ec * Qm
@@ -298,7 +306,8 @@ def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_B
     fin = 1.0 - p_inf
     if fin <= 0:
         raise PrecisionLimitError("the profile puts all its mass at +inf; nothing to discretise")
-    tau = min(1.0, (below + above) * (1.0 + 4.0 * SF_REL_ACCURACY) / fin * (1.0 + 4.0 * _U) + 4.0 * _U * (p_inf / fin))
+    tau = min(1.0, (below + above + 4.0 * float(value_error(below) + value_error(above))) / fin * (1.0 + 4.0 * _U)
+              + 4.0 * _U * (p_inf / fin))
     # ---- normalisation and the dominating pmf (module docstring, item 4) -------------
     # Right tail sums T_j = sum_{i>=j} P_i of the computed masses telescope: for j >= jstar
     # (sf differences) |T^_j - T_j| <= alpha T^_j + b_R, for j < jstar (cdf differences on
@@ -307,10 +316,12 @@ def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_B
     Zh = float(pmf.sum())
     if not Zh > 0:
         raise PrecisionLimitError("no probability mass inside the truncation domain")
-    rel = (SF_REL_ACCURACY + _U) * 1.01
+    # every value read is within (SF_REL_ACCURACY + TAIL_LOG_ACCURACY |ln v|) v + floor of the truth,
+    # a relative accuracy that is worst at the smallest one (value_error; underflows: the floor)
+    rel = (SF_REL_ACCURACY + TAIL_LOG_ACCURACY * min(abs(math.log(vmin)), 745.0) + _U) * 1.01
     alpha = 2.0 * rel + 2.0 * _U
-    b_R = rel * 2.0 * (sp_n + p_inf) + clip
-    b_L = rel * (2.0 * abs(cp_star) + abs(sp_star) + sp_n + 2.0 * p_inf) + clip
+    b_R = rel * 2.0 * (sp_n + p_inf) + clip + 2.0 * VALUE_ABS_FLOOR
+    b_L = rel * (2.0 * abs(cp_star) + abs(sp_star) + sp_n + 2.0 * p_inf) + clip + 4.0 * VALUE_ABS_FLOOR
     eZ = b_L + b_R + (alpha + nlog * _U) * Zh  # |Z - Zh|, Z = exact total of the bins
     pmf /= Zh
     # normalised: H_j <= (1 + kappa) H^_j + bL' [j < jstar] + bR'  for the exact H, computed H^

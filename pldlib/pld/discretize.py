@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .grid import DiscretePLD
-from ..profiles.base import MAX_SINGLE_LOSS, PrivacyProfile, loss_range  # noqa: F401
+from ..profiles.base import (MAX_SINGLE_LOSS, SF_REL_ACCURACY, PrivacyProfile, cell_errors,  # noqa: F401
+                             loss_range, value_error)
 
 __all__ = ["Grid", "grid_for", "hull_offset", "connect_the_dots", "convex_hull_optimistic", "privacy_buckets"]
 
@@ -145,8 +146,8 @@ def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -
     )
 
 
-#: relative accuracy assumed of a profile's sf/cdf values (scipy's ndtr is ~1e-15)
-SF_REL_ACCURACY = 16 * _U
+# (SF_REL_ACCURACY, the relative accuracy assumed of a profile's sf/cdf values of order 1, grows
+# with |ln v| in the tails: pldlib.profiles.base.value_error, docs/MATH.md 4.3)
 #: deltas evaluated as exp(log-space expression): relative error ~ this * (2 + |ln delta|)
 #: (log_ndtr carries ~1e-14 relative error, amplified by |ln delta| through exp)
 LOG_DELTA_REL_ACCURACY = 64 * _U
@@ -165,12 +166,11 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     x = np.exp(eps)
     vals = profile.grid_values(eps)  # one pass: sf/cdf of both sides at every grid point
     P, Q = profile.consecutive_masses(eps, vals)
-    # sizes of the sf/cdf values each cell mass was differenced from
+    # errors of the sf/cdf values each cell mass was differenced from (value_error: relative
+    # accuracy growing with |ln v| in the tails), and the subtraction's rounding
     sfp, cdp, sfq, cdq = vals
-    sp = np.minimum(sfp[:-1], cdp[1:])
-    sq = np.minimum(sfq[:-1], cdq[1:])
-    eP = 2 * SF_REL_ACCURACY * sp + 2 * _U * P
-    eQ = 2 * SF_REL_ACCURACY * sq + 2 * _U * Q
+    eP = cell_errors(sfp, cdp, profile.p_inf) + 2 * _U * P
+    eQ = cell_errors(sfq, cdq) + 2 * _U * Q
     # E = P(cell) - e^{a} Q(cell) = int_cell (e^L - e^a) dQ  in [0, (e^b - e^a) Q(cell)]
     E = P - x[:-1] * Q
     eE = eP + x[:-1] * eQ + 2 * _U * (P + x[:-1] * Q)
@@ -188,8 +188,8 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     d_n = float(profile.delta(eps[-1]))
     beyond = max(float(sfp[-1]) - d_n, 0.0)  # = e^{eps_n} Q(L > eps_n)
     masses[-1] += beyond
-    err[0] += SF_REL_ACCURACY * below
-    err[-1] += SF_REL_ACCURACY * (beyond + d_n)
+    err[0] += float(value_error(below))
+    err[-1] += float(value_error(beyond + d_n))
     p_inf = d_n * (1 + SF_REL_ACCURACY + (LOG_DELTA_REL_ACCURACY * (2.0 + abs(math.log(d_n))) if d_n > 0 else 0.0))
     return _finite_pld(masses, grid, p_inf, True, err)
 
@@ -463,9 +463,10 @@ def privacy_buckets(profile: PrivacyProfile, grid: Grid, pessimistic: bool) -> D
         masses[0] += max(float(profile.cdf_p(eps[0])) - float(profile.cdf_p(np.nextafter(eps[0], -np.inf))), 0.0)
         p_inf = profile.p_inf
     err = np.zeros(grid.n + 1)
+    cells = cell_errors(profile.sf_p(eps), profile.cdf_p(eps), profile.p_inf) + 2 * _U * P
     if pessimistic:
-        err[1:] += 2 * SF_REL_ACCURACY * np.minimum(profile.sf_p(eps[:-1]), profile.cdf_p(eps[1:]))
+        err[1:] += cells
     else:
-        err[:-1] += 2 * SF_REL_ACCURACY * np.minimum(profile.sf_p(eps[:-1]), profile.cdf_p(eps[1:]))
-    err += SF_REL_ACCURACY * masses
+        err[:-1] += cells
+    err += value_error(masses)  # (the end terms; more than enough for the cells' own)
     return _finite_pld(masses, grid, p_inf, pessimistic, err)

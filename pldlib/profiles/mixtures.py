@@ -75,14 +75,27 @@ class GaussianNoise(ShiftFamily):
         self.s, self.D = float(s), float(D)
         self.g_min, self.g_max = -np.inf, np.inf
 
+    def _tail(self, x):
+        """(t, x > 0): t = ndtr(-|x| / s), the smaller of sf(x) and cdf(x); the larger is 1 - t
+        (t <= 1/2, so within ~3 ulp; scipy's ndtr itself takes 1 - erfc/2 on that side)."""
+        z = _as_array(x) / self.s
+        return special.ndtr(-np.abs(z)), z > 0
+
     def sf(self, x):
-        return special.ndtr(-_as_array(x) / self.s)
+        t, pos = self._tail(x)
+        return np.where(pos, t, 1.0 - t)
 
     def cdf(self, x):
-        return special.ndtr(_as_array(x) / self.s)
+        t, pos = self._tail(x)
+        return np.where(pos, 1.0 - t, t)
 
     def log_sf(self, x):
         return special.log_ndtr(-_as_array(x) / self.s)
+
+    def sf_cdf(self, x):
+        """(sf(x), cdf(x)) from one tail evaluation (the same numbers as the two functions)."""
+        t, pos = self._tail(x)
+        return np.where(pos, t, 1.0 - t), np.where(pos, 1.0 - t, t)
 
     def log_cdf(self, x):
         return special.log_ndtr(_as_array(x) / self.s)
@@ -252,11 +265,36 @@ class MixtureProfile(PrivacyProfile):
         return self._mix(down, qw, qs, self._x(eps))
 
     def grid_values(self, eps):
-        """(sf_p, cdf_p, sf_q, cdf_q) at eps with one threshold evaluation."""
+        """(sf_p, cdf_p, sf_q, cdf_q) at eps with one threshold evaluation (and, for noises with
+        ``sf_cdf``, one tail evaluation per distinct shift: P and Q share the unshifted one)."""
         pw, ps, qw, qs, up, down, _ = self._sides()
         x = self._x(eps)
-        return self._mix(up, pw, ps, x), self._mix(down, pw, ps, x), self._mix(up, qw, qs, x), \
-            self._mix(down, qw, qs, x)
+        pair = getattr(self.noise, "sf_cdf", None)
+        if pair is None:
+            return self._mix(up, pw, ps, x), self._mix(down, pw, ps, x), self._mix(up, qw, qs, x), \
+                self._mix(down, qw, qs, x)
+        tails: dict = {}
+
+        def side(k):  # k = 0: {L' > eps} (the "up" function), 1: its complement
+            def fn(y, c):
+                if c not in tails:
+                    sf, cdf = pair(y)
+                    tails[c] = (cdf, sf) if self.reverse else (sf, cdf)
+                return tails[c][k]
+            return fn
+
+        up2, down2 = side(0), side(1)
+        return self._mix_at(up2, pw, ps, x), self._mix_at(down2, pw, ps, x), self._mix_at(up2, qw, qs, x), \
+            self._mix_at(down2, qw, qs, x)
+
+    @staticmethod
+    def _mix_at(fn, weights, shifts, x):
+        """As :meth:`_mix` with ``fn(x - c, c)`` (values kept per shift c)."""
+        out = np.zeros_like(x)
+        for w, c in zip(weights, shifts):
+            if w > 0:
+                out = out + w * fn(x - c, float(c))
+        return out
 
     def delta(self, eps):
         eps = _as_array(eps)

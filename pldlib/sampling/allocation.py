@@ -203,11 +203,9 @@ def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relati
 # -- the amplified per-epoch upper bound (docs/MATH.md 13.2) --------------------------------
 import functools  # noqa: E402
 
-from ..profiles.base import FiniteProfile  # noqa: E402
+from ..profiles.base import FiniteProfile, value_error  # noqa: E402
 
 _U = np.finfo(float).eps / 2
-#: relative accuracy assumed of scipy's ndtr (as pldlib.pld.discretize.SF_REL_ACCURACY)
-_NDTR_REL = 16 * _U
 #: largest lattice (points of one coordinate, or of an epoch sum) built before falling back
 #: to the unamplified bound
 MAX_LATTICE = 1 << 22
@@ -282,7 +280,8 @@ def coordinate_lattice(sigma: float, h: float, top_tail: float = TOP_TAILS[0]):
     tail = np.cumsum(beta[::-1])[::-1]
     head = np.concatenate([[0.0], np.cumsum(ak * beta)[:-1]])
     lhs = head + ak * tail
-    m_lo = M[:K + 1] * (1 - 2 * _NDTR_REL - 4 * _U)  # M = G + a Fbar: two terms >= 0, each to _NDTR_REL
+    # M = G + a Fbar: two terms >= 0, each within its value_error (ndtr values)
+    m_lo = M[:K + 1] * (1 - 4 * _U) - (value_error(G[:K + 1]) + ak * value_error(Fb[:K + 1])) * (1 + 4 * _U)
     with np.errstate(divide="ignore", invalid="ignore"):
         viol = np.where(lhs > 0, np.maximum(lhs - m_lo, 0.0) / lhs, 0.0)
     lam0 = float(viol.max()) + 4 * (K + 2) * _U
@@ -432,7 +431,7 @@ MAX_LOWER_FFT = 1 << 23
 def coordinate_cells(sigma: float, h: float, K: int):
     """(m, p, e_m, e_p): the Q- and P-masses of the cells [k h, (k+1) h), k < K, and [K h, inf) of one
     coordinate's likelihood ratio Y (Q: N(0, s^2), P: N(1, s^2); F = Q-cdf of Y, G = P-cdf of Y), with
-    l2 bounds on their evaluation errors (ndtr to 16u relative; each mass differenced from the
+    l2 bounds on their evaluation errors (ndtr values within value_error; each mass differenced from the
     cdf or the sf, whichever is below 1/2)."""
     from scipy.special import ndtr
 
@@ -447,9 +446,11 @@ def coordinate_cells(sigma: float, h: float, K: int):
         cdf, sf = ndtr(z), ndtr(-z)
         use_sf = sf[:-1] < 0.5
         d = np.where(use_sf, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1])
+        es, ec = value_error(sf), value_error(cdf)
         mag = np.where(use_sf, sf[:-1] + sf[1:], cdf[:-1] + cdf[1:])
         out = np.append(np.maximum(d, 0.0), sf[-1])
-        err = np.append((_NDTR_REL + 2 * _U) * mag, (_NDTR_REL + _U) * sf[-1])
+        err = np.append(np.where(use_sf, es[:-1] + es[1:], ec[:-1] + ec[1:]) + 2 * _U * mag,
+                        es[-1] + _U * sf[-1])
         return out, float(np.sqrt((err * err).sum()))
 
     m, em = masses(zF)
