@@ -454,3 +454,27 @@ def test_estimate_tilt_lands_within_15_percent_of_the_saddle_point_root(sigma, q
         lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
     got = C.estimate_tilt(st.uppers, st.counts, delta)
     assert lo / 1.15 <= got <= hi * 1.15
+
+
+def test_curve_at_a_few_points_without_the_table_matches_exact_sums():
+    """GridMeasure.delta_at_few (the round-off share's reader: one pass right of each eps, no
+    table) against the curve summed in exact rationals, on grid points, between them, beyond
+    both ends, with an offset lattice (within 1e-14: a sum of non-negative terms), and as delta()
+    (whose A - e^{-h} B cancels) to 1e-11."""
+    rng = np.random.default_rng(5)
+    for n, start, shift in ((7, -3, 0.0), (300, -40, 0.25e-3), (5000, -1000, 0.0)):
+        h = 1e-3
+        m = rng.exponential(1.0, n) * np.exp(-np.linspace(0, 25, n))
+        m[rng.random(n) < 0.1] = 0.0
+        g = GridMeasure(h=h, start=start, masses=m, const=3e-9, shift=shift)
+        grid = (start + np.arange(n)) * h + shift
+        pts = np.array([grid[0] - 1.0, grid[0], grid[min(5, n - 1)], 0.5 * (grid[1] + grid[2]), grid[-1], grid[-1] + 2.0])
+        for e in pts:
+            fresh = GridMeasure(h=h, start=start, masses=m, const=3e-9, shift=shift)
+            got = float(fresh.delta_at_few(np.array([e]))[0])
+            assert "_table" not in fresh.__dict__  # answered without building the table
+            mp.mp.dps = 40
+            exact = mp.mpf(3e-9) + sum(mp.mpf(float(mi)) * (1 - mp.e ** (mp.mpf(float(e)) - mp.mpf(float(gi))))
+                                       for mi, gi in zip(m, grid) if gi > e)
+            assert abs(got - float(exact)) <= 1e-14 * float(exact) + 1e-300
+            assert got == pytest.approx(float(g.delta(np.array([e]))[0]), rel=1e-11, abs=1e-300)

@@ -992,7 +992,7 @@ class PLDAccountant(Accountant):
             eu = comp.upper.epsilon(d)
             el = self._lower_eps(comp, d)
             with np.errstate(invalid="ignore", divide="ignore"):
-                sh = np.where(np.isfinite(eu), comp.roundoff.delta(np.where(np.isfinite(eu), eu, 0.0)) / d, np.inf)
+                sh = np.where(np.isfinite(eu), comp.roundoff.delta_at_few(np.where(np.isfinite(eu), eu, 0.0)) / d, np.inf)
             better = (eu >= comp.valid_from) & (sh < share)
             # delta below the certain +inf mass: eps is +inf, certified by the lower curve
             certain = (comp.lower.const > d) if comp.lower is not None else np.zeros(d.shape, bool)
@@ -1221,7 +1221,7 @@ class PLDAccountant(Accountant):
             dl = (np.maximum(comp.lower.delta(e) - comp.alias_term(e), 0.0) if comp.lower is not None
                   else np.zeros(e.shape))
             with np.errstate(invalid="ignore", divide="ignore"):
-                sh = comp.roundoff.delta(e) / np.maximum(du, 1e-320)
+                sh = comp.roundoff.delta_at_few(e) / np.maximum(du, 1e-320)
             return du, dl, sh, (e >= comp.valid_from) & (sh < share)
 
         def propose(todo, up):  # tilt at the pending answer with the largest eps

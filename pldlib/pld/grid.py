@@ -137,6 +137,43 @@ class GridMeasure:
         val = np.where(i >= grid.size, self.const, val)
         return np.maximum(val, 0.0)
 
+    def delta_at_few(self, eps) -> np.ndarray:
+        """curve(eps) for a few eps without building the answer table (one pass over the
+        masses right of each eps instead of the table's ~15 over all of them): the same curve as
+        :meth:`delta`, summed as non-negative terms m_i (1 - e^{eps - eps_i}) (no cancellation;
+        it may differ from :meth:`delta` in the last ~1e-13 relative).
+        For diagnostics (the round-off share of a composition); uses the table if it is built."""
+        eps = np.atleast_1d(np.asarray(eps, dtype=float))
+        if "_table" in self.__dict__ or eps.size > 4:
+            return self.delta(eps)
+        m = self.masses
+        n = m.size
+        out = np.empty(eps.shape)
+        for j, e in enumerate(eps.ravel()):
+            if not np.isfinite(e):
+                out.flat[j] = self.delta(np.array([e]))[0]
+                continue
+            # first index with eps_i > e (as np.searchsorted(grid, e, side="right"))
+            i0 = self._first_above(e)
+            tail = np.maximum(m[i0:], 0.0)
+            with np.errstate(over="ignore", under="ignore"):
+                # 1 - e^{e - eps_i} in (0, 1] by expm1: a sum of non-negative terms, no cancellation
+                w = -np.expm1(e - ((self.start + i0 + np.arange(tail.size)) * self.h + self.shift))
+            out.flat[j] = max(self.const + float(np.dot(tail, w)), 0.0)
+        return out
+
+    def _first_above(self, e: float) -> int:
+        """First index i with (start + i) h + shift > e, as searchsorted on the grid would give."""
+        n = self.masses.size
+        guess = int(math.floor((e - self.shift) / self.h)) - self.start - 2
+        i = min(max(guess, 0), n)
+        # step to the exact first index (the guess is within a few of it)
+        while i > 0 and (self.start + i - 1) * self.h + self.shift > e:
+            i -= 1
+        while i < n and (self.start + i) * self.h + self.shift <= e:
+            i += 1
+        return i
+
     def epsilon(self, delta) -> np.ndarray:
         """inf{eps : curve(eps) <= delta}, exact per segment, vectorised over delta.
 
