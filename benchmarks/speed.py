@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import math
 import os
 import statistics
@@ -267,6 +268,8 @@ def bench_schedule(ctx) -> str:
 
     rows, dp_rate = [], None
     for n in (100, 300, 1000, 10_000):
+        acc = None
+        gc.collect()  # each size timed alone: the previous accountant's arrays released first
         t0 = time.perf_counter()
         acc = pldlib.account(comps(n))
         iv = acc.epsilon(1e-5)
@@ -298,6 +301,8 @@ def bench_schedule(ctx) -> str:
     e300 = float(pld.get_epsilon_for_delta(1e-5))
     q_rate = (time.perf_counter() - t0) / 300
     for n in (1000, 10_000):
+        acc = None
+        gc.collect()
         t0 = time.perf_counter()
         acc = pldlib.account(qcomps(n))
         iv = acc.epsilon(1e-5)
