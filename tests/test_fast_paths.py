@@ -150,9 +150,9 @@ def test_binary_powering_is_within_its_round_off_bound(k):
 
 
 def test_grid_values_and_consecutive_masses_match_the_single_functions():
-    """The one-pass grid values and cell masses of connect-the-dots equal the separate
-    sf/cdf evaluations and ``interval_masses`` they replace, for mixtures (Poisson and WOR,
-    every direction) and a closed-form profile."""
+    """The one-pass grid values and cell masses of connect-the-dots (and the hull's shared
+    delta/sf_q evaluation) equal the separate sf/cdf evaluations and ``interval_masses`` they
+    replace, for mixtures (Poisson and WOR, every direction) and a closed-form profile."""
     import pldlib
     from pldlib.pld.discretize import grid_for
 
@@ -166,6 +166,10 @@ def test_grid_values_and_consecutive_masses_match_the_single_functions():
             vals = prof.grid_values(eps)
             for got, fn in zip(vals, (prof.sf_p, prof.cdf_p, prof.sf_q, prof.cdf_q)):
                 np.testing.assert_array_equal(got, fn(eps))
+            if hasattr(prof, "delta_and_sf_q"):  # the optimistic hull's shared evaluation
+                d, sq = prof.delta_and_sf_q(eps)
+                np.testing.assert_array_equal(d, prof.delta(eps))
+                np.testing.assert_array_equal(sq, prof.sf_q(eps))
             P, Q = prof.consecutive_masses(eps, vals)
             P0, Q0 = prof.interval_masses(eps[:-1], eps[1:])
             np.testing.assert_array_equal(P, P0)

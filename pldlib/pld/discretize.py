@@ -274,8 +274,7 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     eps = grid.eps
     x = np.exp(eps)
     n = grid.n
-    hv = profile.delta(eps)
-    s = profile.sf_q(eps)  # -h'(alpha+) = Q(L > eps): the right derivative
+    hv, s = _delta_and_sf_q(profile, eps)  # s = -h'(alpha+) = Q(L > eps): the right derivative
     # -h'(alpha-) = Q(L >= eps): the same as s without atoms
     s_left = s if getattr(profile, "atomless", False) else profile.sf_q(np.nextafter(eps, -np.inf))
     istar = -grid.start  # index of eps = 0
@@ -333,8 +332,7 @@ def _middle_cell(profile, e_a: float, e_b: float, c_a: float, c_b: float) -> tup
     is used; returns the two candidates and that value.  Raises ValueError when none is
     admissible (the caller falls back to a lattice through 0)."""
     tau = np.linspace(e_a, e_b, _N_TANGENTS)
-    h_t = np.asarray(profile.delta(tau), dtype=float)
-    s_t = np.asarray(profile.sf_q(tau), dtype=float)  # -h'(alpha+): a subgradient
+    h_t, s_t = (np.asarray(v, dtype=float) for v in _delta_and_sf_q(profile, tau))  # -s_t: a subgradient
     return _middle_cell_choice(e_a, e_b, c_a, c_b, tau, h_t, s_t)
 
 
@@ -375,6 +373,12 @@ def _hull_pld(x, c, hv, grid, profile) -> DiscretePLD:
     return _finite_pld(masses, grid, p_inf, False, abs_err)
 
 
+def _delta_and_sf_q(profile, eps):
+    """(profile.delta(eps), profile.sf_q(eps)), sharing the work where the profile can."""
+    both = getattr(profile, "delta_and_sf_q", None)
+    return both(eps) if both is not None else (profile.delta(eps), profile.sf_q(eps))
+
+
 def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool,
                   left_derivative: bool = False):
     """Tangent line of h at alpha = e^tau, tau in [e_lo, e_hi], as far towards alpha = 1 as
@@ -390,10 +394,13 @@ def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool
 
     def params(tau):
         tau = np.asarray(tau, dtype=float)
-        h_t = np.asarray(profile.delta(tau), dtype=float)
         left = left_derivative and not getattr(profile, "atomless", False)
-        s_t = np.asarray(profile.sf_q(np.nextafter(tau, -np.inf) if left else tau), dtype=float)
-        return h_t, s_t, np.exp(tau)
+        if left:
+            h_t = profile.delta(tau)
+            s_t = profile.sf_q(np.nextafter(tau, -np.inf))
+        else:
+            h_t, s_t = _delta_and_sf_q(profile, tau)
+        return np.asarray(h_t, dtype=float), np.asarray(s_t, dtype=float), np.exp(tau)
 
     def line(tau):
         h_t, s_t, x_t = (float(np.asarray(v).reshape(-1)[0]) for v in params(np.array([tau])))

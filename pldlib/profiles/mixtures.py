@@ -298,11 +298,31 @@ class MixtureProfile(PrivacyProfile):
 
     def delta(self, eps):
         eps = _as_array(eps)
-        pw, ps, qw, qs, _, _, log_up = self._sides()
+        return self._delta_at(eps, self._x(eps))
+
+    def delta_and_sf_q(self, eps):
+        """(delta(eps), sf_q(eps)) with one threshold evaluation: the same numbers as the two
+        methods (the optimistic hull's tangents need both at the same points)."""
+        eps = _as_array(eps)
+        _, _, qw, qs, up, _, _ = self._sides()
         x = self._x(eps)
+        return self._delta_at(eps, x), self._mix(up, qw, qs, x)
+
+    def _delta_at(self, eps, x):
+        """delta(eps) in log space from the threshold x = _x(eps); each shift's log tail once
+        (P and Q share the unshifted one)."""
+        pw, ps, qw, qs, _, _, log_up = self._sides()
+        logs: dict = {}
+
+        def lu(c):
+            c = float(c)
+            if c not in logs:
+                logs[c] = log_up(x - c)
+            return logs[c]
+
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            A = _logsumexp_weighted(pw, [log_up(x - c) for c in ps])
-            B = eps + _logsumexp_weighted(qw, [log_up(x - d) for d in qs])
+            A = _logsumexp_weighted(pw, [lu(c) for c in ps])
+            B = eps + _logsumexp_weighted(qw, [lu(d) for d in qs])
             d = np.exp(A) * -np.expm1(np.minimum(B - A, 0.0))
         return np.clip(np.where(np.isfinite(A), d, 0.0), 0.0, 1.0)
 
