@@ -150,8 +150,9 @@ class GridMeasure:
         n = m.size
         out = np.empty(eps.shape)
         for j, e in enumerate(eps.ravel()):
-            if not np.isfinite(e):
-                out.flat[j] = self.delta(np.array([e]))[0]
+            if not np.isfinite(e):  # +inf: the constant; -inf: every mass (1 - 0); NaN: delta's answer
+                out.flat[j] = (self.const if e > 0 else self.const + float(np.maximum(m, 0.0).sum()) if e < 0
+                               else self.delta(np.array([e]))[0])
                 continue
             # first index with eps_i > e (as np.searchsorted(grid, e, side="right"))
             i0 = self._first_above(e)

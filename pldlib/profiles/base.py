@@ -54,6 +54,7 @@ TAIL_LOG_ACCURACY = 16 * _U
 TAIL_FROM = 2.0
 #: absolute floor of every value's error: values below ~1e-300 may underflow (to 0)
 VALUE_ABS_FLOOR = 1e-300
+_LN2 = math.log(2.0)
 
 
 def value_error(v) -> np.ndarray:
@@ -66,8 +67,6 @@ def value_error(v) -> np.ndarray:
     lv = np.abs(1 - e) * _LN2 + _LN2  # >= |ln v| for every positive v (and v = 0: e = 0)
     return (SF_REL_ACCURACY + TAIL_LOG_ACCURACY * np.maximum(lv - TAIL_FROM, 0.0)) * v + VALUE_ABS_FLOOR
 
-
-_LN2 = math.log(2.0)
 
 
 def cell_errors(sf: np.ndarray, cdf: np.ndarray, p_inf: float = 0.0) -> np.ndarray:

@@ -242,10 +242,15 @@ class MixtureProfile(PrivacyProfile):
 
     @staticmethod
     def _mix(fn, weights, shifts, x):
-        out = np.zeros_like(x)
+        return MixtureProfile._weighted(weights, shifts, lambda c: fn(x - c), x)
+
+    @staticmethod
+    def _weighted(weights, shifts, value, like):
+        """sum of w * value(c) over the components with w > 0 (in order, from zeros like ``like``)."""
+        out = np.zeros_like(like)
         for w, c in zip(weights, shifts):
             if w > 0:
-                out = out + w * fn(x - c)
+                out = out + w * value(c)
         return out
 
     def sf_p(self, eps):
@@ -273,28 +278,17 @@ class MixtureProfile(PrivacyProfile):
         if pair is None:
             return self._mix(up, pw, ps, x), self._mix(down, pw, ps, x), self._mix(up, qw, qs, x), \
                 self._mix(down, qw, qs, x)
-        tails: dict = {}
+        tails: dict = {}  # shift -> ({L' > eps}, its complement) at x - shift
 
-        def side(k):  # k = 0: {L' > eps} (the "up" function), 1: its complement
-            def fn(y, c):
-                if c not in tails:
-                    sf, cdf = pair(y)
-                    tails[c] = (cdf, sf) if self.reverse else (sf, cdf)
-                return tails[c][k]
-            return fn
+        def tail(c, k):
+            c = float(c)
+            if c not in tails:
+                sf, cdf = pair(x - c)
+                tails[c] = (cdf, sf) if self.reverse else (sf, cdf)
+            return tails[c][k]
 
-        up2, down2 = side(0), side(1)
-        return self._mix_at(up2, pw, ps, x), self._mix_at(down2, pw, ps, x), self._mix_at(up2, qw, qs, x), \
-            self._mix_at(down2, qw, qs, x)
-
-    @staticmethod
-    def _mix_at(fn, weights, shifts, x):
-        """As :meth:`_mix` with ``fn(x - c, c)`` (values kept per shift c)."""
-        out = np.zeros_like(x)
-        for w, c in zip(weights, shifts):
-            if w > 0:
-                out = out + w * fn(x - c, float(c))
-        return out
+        return tuple(self._weighted(w, sh, lambda c, k=k: tail(c, k), x)
+                     for w, sh, k in ((pw, ps, 0), (pw, ps, 1), (qw, qs, 0), (qw, qs, 1)))
 
     def delta(self, eps):
         eps = _as_array(eps)

@@ -203,7 +203,7 @@ def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relati
 # -- the amplified per-epoch upper bound (docs/MATH.md 13.2) --------------------------------
 import functools  # noqa: E402
 
-from ..profiles.base import FiniteProfile, value_error  # noqa: E402
+from ..profiles.base import FiniteProfile, cell_errors, value_error  # noqa: E402
 
 _U = np.finfo(float).eps / 2
 #: largest lattice (points of one coordinate, or of an epoch sum) built before falling back
@@ -446,11 +446,9 @@ def coordinate_cells(sigma: float, h: float, K: int):
         cdf, sf = ndtr(z), ndtr(-z)
         use_sf = sf[:-1] < 0.5
         d = np.where(use_sf, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1])
-        es, ec = value_error(sf), value_error(cdf)
         mag = np.where(use_sf, sf[:-1] + sf[1:], cdf[:-1] + cdf[1:])
         out = np.append(np.maximum(d, 0.0), sf[-1])
-        err = np.append(np.where(use_sf, es[:-1] + es[1:], ec[:-1] + ec[1:]) + 2 * _U * mag,
-                        es[-1] + _U * sf[-1])
+        err = np.append(cell_errors(sf, cdf) + 2 * _U * mag, value_error(sf[-1]) + _U * sf[-1])
         return out, float(np.sqrt((err * err).sum()))
 
     m, em = masses(zF)
