@@ -33,6 +33,15 @@ def _point_sets():
     yield "sawtooth", x, np.where(np.arange(n) % 3 == 0, 0.0, 1.0) + 1e-6 * x
     yield "random", x, rng.uniform(0, 1, n)
     yield "staircase", x, np.repeat(np.linspace(1, 0, n // 50), 50)
+    # a line with round-off noise (the optimistic hull's far-left candidates, h ~ 1 - alpha):
+    # late passes flag a few points each, which the local repair finishes
+    xl = np.exp(np.linspace(-8.0, 0.0, n))
+    yield "noisy line", xl, (1.0 - xl) * (1.0 + 1e-15 * rng.standard_normal(n))
+    # a convex run above the chord to one low point: only its neighbour is flagged at first,
+    # then the removals cascade through the run one point at a time
+    yc = 1e-3 * (x / x[-1]) ** 2 + 1.0
+    yc[-1] = 0.0
+    yield "dip after convex run", x, yc
 
 
 @pytest.mark.parametrize("name,px,py", list(_point_sets()), ids=[p[0] for p in _point_sets()])
@@ -44,6 +53,18 @@ def test_lower_hull_matches_monotone_chain(name, px, py):
     assert np.all(v <= py + 1e-12 * np.max(np.abs(py)))
     s = np.diff(v) / np.diff(px)
     assert np.all(np.diff(s) >= -1e-9 * np.max(np.abs(s)))
+
+
+@pytest.mark.parametrize("cap", [1, 7, 128, 10**6])
+def test_local_repair_hands_back_to_the_passes(cap, monkeypatch):
+    # with a small cap the repair stops early and the vectorised passes resume on what is left
+    from pldlib.pld import discretize as D
+
+    monkeypatch.setattr(D, "LOCAL_REPAIR_MAX", cap)
+    for name, px, py in _point_sets():
+        v = D._lower_hull_values(px, py, px)
+        ref = _reference_hull(px, py, px)
+        np.testing.assert_allclose(v, ref, rtol=1e-12, atol=1e-12 * np.max(np.abs(py)), err_msg=name)
 
 
 def _sides():

@@ -234,6 +234,43 @@ def _above_far_chords(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 #: vectorised passes of :func:`_lower_hull_values` before the (linear, exact) monotone chain
 #: finishes what is left: pathological concave runs took ~50 passes of ~50 ms on 10^6 points
 HULL_PASSES = 16
+#: a pass flagging at most this many points hands them to :func:`_local_repair` (late passes
+#: peel one or two points each: ~16 vectorised passes and a full monotone chain otherwise)
+LOCAL_REPAIR_FROM = 48
+#: removals :func:`_local_repair` may make before it hands back to the vectorised passes (for
+#: good: a longer cascade is a concave run, which :func:`_above_far_chords` removes faster)
+LOCAL_REPAIR_MAX = 128
+
+
+def _local_repair(xs: np.ndarray, ys: np.ndarray, flagged: np.ndarray):
+    """Remove, one at a time, points lying above the chord of their current neighbours,
+    starting from the ``flagged`` indices and re-testing the neighbours of each removal
+    (the neighbour test of the vectorised passes, on a linked list).  Returns the points
+    kept and whether the sequence is now convex (False: LOCAL_REPAIR_MAX removals were made
+    first; the points kept are still a superset of the hull's vertices)."""
+    n = xs.size
+    X, Y = xs, ys  # (scalar reads: the same IEEE operations as the vectorised test)
+    prev = np.arange(-1, n - 1)
+    nxt = np.arange(1, n + 1)
+    alive = np.ones(n, dtype=bool)
+    stack = flagged.tolist()
+    removed = 0
+    done = True
+    while stack:
+        j = stack.pop()
+        if not alive[j] or j == 0 or j == n - 1:
+            continue
+        a, b = int(prev[j]), int(nxt[j])
+        if (Y[j] - Y[a]) / (X[j] - X[a]) > (Y[b] - Y[j]) / (X[b] - X[j]):
+            alive[j] = False
+            nxt[a], prev[b] = b, a
+            stack.append(a)
+            stack.append(b)
+            removed += 1
+            if removed >= LOCAL_REPAIR_MAX:
+                done = False
+                break
+    return xs[alive], ys[alive], done
 
 
 def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np.ndarray:
@@ -242,18 +279,28 @@ def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np
     Points lying above the chord of their neighbours are removed in vectorised
     passes (each removed point is provably not a vertex of the lower hull) until
     the remaining sequence is convex; when a pass removes few points, chords to
-    farther points (:func:`_above_far_chords`) are tested too.  After HULL_PASSES passes
-    Andrew's monotone chain finishes on the points left.
+    farther points (:func:`_above_far_chords`) are tested too, and once a pass flags at
+    most LOCAL_REPAIR_FROM points they are removed one at a time with their neighbours
+    re-tested (:func:`_local_repair`, once).  After HULL_PASSES passes Andrew's monotone
+    chain finishes on the points left.
     """
     xs, ys = px, py
+    repair = True
     for it in range(HULL_PASSES):
         slope = np.diff(ys) / np.diff(xs)
         # point j violates convexity if slope[j-1] > slope[j]
         bad = np.zeros(xs.size, dtype=bool)
         bad[1:-1] = slope[:-1] > slope[1:]
-        if not bad.any():
+        n_bad = int(np.count_nonzero(bad))
+        if not n_bad:
             break
-        if it >= 2 and bad.sum() * 64 < xs.size:
+        if repair and it >= 1 and n_bad <= LOCAL_REPAIR_FROM:
+            xs, ys, convex = _local_repair(xs, ys, np.flatnonzero(bad))
+            if convex:
+                break
+            repair = False  # a long cascade (a concave run): the far-chord passes are faster
+            continue
+        if it >= 2 and n_bad * 64 < xs.size:
             bad |= _above_far_chords(xs, ys)  # few removals per pass: a long concave run
         xs, ys = xs[~bad], ys[~bad]
     else:
