@@ -116,3 +116,53 @@ def test_nearly_symmetric_directions_are_composed_without_a_coarse_screen(lower_
     forced, n_forced, _ = run()
     assert n_forced >= 1
     assert (got.lower, got.upper) == (forced.lower, forced.upper)
+
+
+def _schedule(relation, n=40):
+    return [(pldlib.Gaussian(float(s), q=0.02, sampling="poisson", relation=relation), 1)
+            for s in np.linspace(0.9, 1.3, n)]
+
+
+@pytest.mark.parametrize("kind", ["eps", "delta"])
+def test_later_branch_gets_its_lower_side_only_where_it_could_matter(kind):
+    # a schedule of 40 distinct steps has no coarse screen: both directions are composed, the
+    # one a normal approximation puts lower (add) on its pessimistic side only -- its upper
+    # bound is below the other's lower bound, so its own lower bound could not raise the
+    # maximum's -- and the answer is the one computed with both sides of both directions
+    h = 2e-3
+    x = np.array([1e-5, 1e-9]) if kind == "eps" else np.array([1.0, 2.0])
+
+    def ask(acc):
+        return acc.epsilon(x) if kind == "eps" else acc.delta(x)
+
+    acc = pldlib.account(_schedule("add_remove"), interval=h)
+    got = ask(acc)
+    add, rem = _label(acc, "add"), _label(acc, "remove")
+    assert add.source.uppers_built and not add.source.built   # no optimistic hull for add
+    assert rem.source.built
+    full = ask(_full(pldlib.account(_schedule("add_remove"), interval=h)))
+    np.testing.assert_array_equal(got.lower, full.lower)
+    np.testing.assert_array_equal(got.upper, full.upper)
+    # each direction on its own (independent accountants): why the hull could be skipped
+    a = ask(pldlib.account(_schedule("add"), interval=h))
+    r = ask(pldlib.account(_schedule("remove"), interval=h))
+    assert np.all(a.upper < r.lower)
+    np.testing.assert_allclose(got.lower, r.lower, rtol=1e-12)
+    np.testing.assert_allclose(got.upper, np.maximum(a.upper, r.upper), rtol=1e-12)
+
+
+def test_later_branch_that_may_be_the_largest_gets_its_lower_side(monkeypatch):
+    # the wrong direction first (forced): the later one's upper bound exceeds the lower bound
+    # found so far, so its optimistic side is computed and the interval is the full one
+    import pldlib.pld.accountant as A
+
+    h = 2e-3
+    monkeypatch.setattr(A.PLDAccountant, "_likely_first",
+                        lambda self, x, kind, fine=False: (self._labels.index("add"), [0.0, 0.0]))
+    acc = pldlib.account(_schedule("add_remove"), interval=h)
+    got = acc.epsilon(np.array([1e-5, 1e-9]))
+    assert all(st.source.built for st in acc._branches)
+    full = _full(pldlib.account(_schedule("add_remove"), interval=h)).epsilon(np.array([1e-5, 1e-9]))
+    np.testing.assert_array_equal(got.lower, full.lower)
+    assert np.all(got.upper <= full.upper)                # (the smaller of two certified uppers)
+    np.testing.assert_allclose(got.upper, full.upper, rtol=1e-9)

@@ -297,34 +297,60 @@ class _Discretised:
                                                         offset=hull_offset(pl, h) if hull else 0.0))
                       for pu, pl in pairs]
         self._fine = None
+        self._uppers = None
         self._coarse = None
 
     @property
     def built(self) -> bool:
-        return self._fine is not None
+        """Whether the fine PLDs of every side computed are built."""
+        return self._fine is not None or (self.upper_only and self._uppers is not None)
+
+    @property
+    def uppers_built(self) -> bool:
+        return self._uppers is not None
 
     def _one(self, pair, grids):
         """(upper PLD, lower PLD or None) of one component."""
-        (pu, pl), (gu, gl) = pair, grids
+        return self._one_upper(pair, grids), self._one_lower(pair, grids)
+
+    def _one_upper(self, pair, grids):
+        (pu, _pl), (gu, _gl) = pair, grids
         if self.discretisation == "privacy_buckets":
-            return (privacy_buckets(pu, gu, pessimistic=True),
-                    None if gl is None else privacy_buckets(pl, gl, pessimistic=False))
-        up = connect_the_dots(pu, gu)
+            return privacy_buckets(pu, gu, pessimistic=True)
+        return connect_the_dots(pu, gu)
+
+    def _one_lower(self, pair, grids):
+        (_pu, pl), (_gu, gl) = pair, grids
         if gl is None:
-            return up, None
+            return None
+        if self.discretisation == "privacy_buckets":
+            return privacy_buckets(pl, gl, pessimistic=False)
         try:
-            return up, convex_hull_optimistic(pl, gl)
+            return convex_hull_optimistic(pl, gl)
         except ValueError:
             if gl.offset == 0.0:
                 raise
             # no admissible tangent in the offset cell: the lattice through 0
-            return up, convex_hull_optimistic(pl, grid_for(pl, self.h, self.tail, self.max_bins))
+            return convex_hull_optimistic(pl, grid_for(pl, self.h, self.tail, self.max_bins))
+
+    def fine_uppers(self) -> list:
+        """The pessimistic PLDs alone (a branch whose lower bound is not needed skips the
+        optimistic ones: :meth:`PLDAccountant._combine`)."""
+        if self._uppers is None:
+            self._uppers = self._fine[0] if self._fine is not None else _map(self._one_upper, self.pairs, self.grids)
+        return self._uppers
 
     def fine(self):
+        """(pessimistic PLDs, optimistic PLDs or None)."""
         if self._fine is None:
-            done = _map(self._one, self.pairs, self.grids)
-            uppers = [u for u, _ in done]
-            self._fine = (uppers, None if self.upper_only else [lo for _, lo in done])
+            if self.upper_only:
+                self._fine = (self.fine_uppers(), None)
+            elif self._uppers is not None:
+                self._fine = (self._uppers, _map(self._one_lower, self.pairs, self.grids))
+            else:
+                done = _map(self._one, self.pairs, self.grids)
+                self._uppers = [u for u, _ in done]
+                self._fine = (self._uppers, [lo for _, lo in done])
         return self._fine
 
     def coarse(self):
@@ -408,7 +434,7 @@ class _BranchState:
 
     @property
     def uppers(self) -> list:
-        return self.source.fine()[0]
+        return self.source.fine_uppers()
 
     @property
     def lowers(self) -> list:
@@ -727,12 +753,14 @@ class PLDAccountant(Accountant):
         for st in self._branches:
             if st.cache:
                 continue  # composed at this spacing already (the refinement probe): it fits
-            if not st.source.built and len(self._eff) < SCREEN_MAX_COMPONENTS:
+            if not st.source.uppers_built and len(self._eff) < SCREEN_MAX_COMPONENTS:
                 self._fits_coarse(st, deltas, cut)
                 continue
             theta = _estimated_tilt(st, _tilt_plds(st), 1e-5, cut)
-            compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
-                    max_bins=self._bins(), cut_scale=cut, dry_run=True)
+            # (the optimistic PLDs only where built: the window is laid out from the pessimistic
+            # side, the wider one; a query that does not fit coarsens the grid itself, ``_auto``)
+            compose(st.uppers, st.lowers if not self.upper_only and st.source.built else None, st.counts,
+                    theta=theta, max_bins=self._bins(), cut_scale=cut, dry_run=True)
 
     def _fits_coarse(self, st, deltas, cut) -> None:
         """:meth:`_fits` for a branch whose fine PLDs are not built (the refinement probe's
@@ -902,12 +930,20 @@ class PLDAccountant(Accountant):
         return new
 
     # -- composition with caching -----------------------------------------
-    def _compose(self, st: _BranchState, theta: float, eps_from=None, cut_scale=None) -> Composition:
+    def _compose(self, st: _BranchState, theta: float, eps_from=None, cut_scale=None,
+                 lower: bool = True) -> Composition:
+        """The branch's composition at tilt ``theta`` (cached); ``lower=False``: the pessimistic
+        side alone is needed (a cached two-sided composition serves it too)."""
         key = (round(theta, 12), eps_from, cut_scale)
+        lower = lower and not self.upper_only
+        if not lower and not self.upper_only:
+            if key in st.cache:
+                return st.cache[key]
+            key = key + ("upper",)
         if key not in st.cache:
             t = time.perf_counter()
             try:
-                comp = compose(st.uppers, None if self.upper_only else st.lowers, st.counts, theta=theta,
+                comp = compose(st.uppers, st.lowers if lower else None, st.counts, theta=theta,
                                eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
             except GridTooLargeError as e:
                 if e.need is not None and e.need <= self._bins(memory_only=True):
@@ -937,7 +973,7 @@ class PLDAccountant(Accountant):
         # below valid_from the lower curve says nothing
         return np.where(out < comp.valid_from, -np.inf, out)
 
-    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None, eps_of=None):
+    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None, eps_of=None, lower=True):
         """The re-tilt loop of both queries (docs/MATH.md section 5.1).
 
         Compose at tilt ``theta``; ``evaluate(comp, x, share)`` gives (upper, lower, round-off
@@ -950,16 +986,17 @@ class PLDAccountant(Accountant):
         tilting factor exp(theta eps) at the pending answers (``eps_of(pending, upper)``) by
         less than 5%: the round-off share would barely change.  Past the time budget the
         loop stops with the answers it has when each is certifiable (share below
-        REFUSE_SHARE; flagged accuracy-limited).
+        REFUSE_SHARE; flagged accuracy-limited).  ``lower=False``: pessimistic side only (the
+        lower answers are then -inf / 0).
         """
         n = x.size
         up = np.full(n, np.nan)
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
         try:
-            comp = self._compose(st, theta, cut_scale=cut_scale)
+            comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower)
         except UntiltError:  # the tilt cannot be undone in floating point: start untilted
-            comp = self._compose(st, 0.0, cut_scale=cut_scale)
+            comp = self._compose(st, 0.0, cut_scale=cut_scale, lower=lower)
         tried = [comp.theta]
         todo = np.arange(n)
         for _attempt in range(12):
@@ -977,7 +1014,7 @@ class PLDAccountant(Accountant):
                 break
             tried.append(theta)
             try:
-                comp = self._compose(st, theta, cut_scale=cut_scale)
+                comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower)
             except UntiltError:
                 break  # the answers found so far stand; the rest is refused by the caller
             except TimeBudgetError:
@@ -987,7 +1024,7 @@ class PLDAccountant(Accountant):
                 break  # the answers found so far are certified, only looser
         return lo, up, share
 
-    def _branch_epsilon(self, st, deltas):
+    def _branch_epsilon(self, st, deltas, lower=True):
         def evaluate(comp, d, share):
             eu = comp.upper.epsilon(d)
             el = self._lower_eps(comp, d)
@@ -1014,7 +1051,7 @@ class PLDAccountant(Accountant):
             return np.max(u[np.isfinite(u)], initial=1.0)
 
         lo, up, share = self._retilt(st, deltas, _estimated_tilt(st, _tilt_plds(st), float(deltas.min()), cut),
-                                     evaluate, propose, cut_scale=cut, eps_of=eps_of)
+                                     evaluate, propose, cut_scale=cut, eps_of=eps_of, lower=lower)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
@@ -1063,17 +1100,17 @@ class PLDAccountant(Accountant):
             return np.full(x.size, np.inf)
         return np.where(np.isnan(out), np.inf, out)
 
-    def _likely_first(self, x, kind: str) -> tuple[int | None, list]:
+    def _likely_first(self, x, kind: str, fine: bool = False) -> tuple[int | None, list]:
         """(index, scores): the branch whose composed loss a normal approximation (score: mean +
-        z sd, z for the smallest delta; from each branch's coarse pessimistic PLDs, no
-        composition) puts highest, and every branch's score; (None, []) when it cannot tell
-        (then every branch gets its coarse bound)."""
+        z sd, z for the smallest delta; from each branch's coarse pessimistic PLDs, or its fine
+        ones with ``fine``, no composition) puts highest, and every branch's score; (None, [])
+        when it cannot tell (then every branch gets its coarse bound)."""
         try:
             z = math.sqrt(2.0 * math.log(1.0 / max(float(np.min(x)), 1e-300))) if kind == "eps" else 2.0
             small = 1e-3 * (float(np.min(x)) if kind == "eps" else 1e-6)
             score = []
             for st in self._branches:
-                plds = st.source.coarse()
+                plds = st.uppers if fine else st.source.coarse()
                 if sum(k * p.p_inf for p, k in zip(plds, st.counts)) > small:
                     return None, []  # mass at +inf that matters: the approximation says nothing about it
                 m = v = 0.0
@@ -1097,6 +1134,9 @@ class PLDAccountant(Accountant):
         does not, its true value lies below the others' lower bound, so it changes
         neither side of the interval: skipping it keeps both bounds certified.
         (Upper-only accountants compare with the upper bound found so far instead.)
+        A later branch gets its optimistic side (the convex hull PLDs and their
+        composition) only at the queries where its upper bound exceeds the lower bound
+        found so far: elsewhere its own lower bound could not raise the maximum's.
         """
         exact = self._branch_epsilon if kind == "eps" else self._branch_delta
         empty = -np.inf if kind == "eps" else 0.0
@@ -1105,26 +1145,49 @@ class PLDAccountant(Accountant):
         screen = len(self._eff) < SCREEN_MAX_COMPONENTS
         # the branch computed first needs no coarse bound (it is computed at every query): when
         # none is built yet, it is the one a normal approximation from the coarse PLDs' moments
-        # puts highest (only the work done depends on this choice, never the bounds)
-        first, score = (self._likely_first(x, kind) if screen and not any(st.source.built for st in self._branches)
-                        else (None, []))
+        # puts highest (only the work done depends on this choice, never the bounds); without a
+        # screen (long schedules, whose fine pessimistic PLDs every branch needs) from the fine ones
+        fresh = not any(st.source.uppers_built for st in self._branches)
+        first, score = self._likely_first(x, kind, fine=not screen) if fresh else (None, [])
         # a branch whose score is within SCREEN_CLOSE of the first's gets no coarse bound either:
         # nearly symmetric directions (small q) differ by less than the coarse grid's excess, so
         # the screen could not skip it (measured: it never did on 20 DP-SGD shapes)
         close = {i for i, sc in enumerate(score) if first is not None and
                  sc >= score[first] - SCREEN_CLOSE * abs(score[first])}
-        coarse = [np.full(x.size, np.inf) if st.source.built or not screen or i in close
+        coarse = [np.full(x.size, np.inf) if st.source.uppers_built or not screen or i in close
                   else self._coarse_upper(st, x, kind) for i, st in enumerate(self._branches)]
         lo = np.full(x.size, empty)
         up = np.full(x.size, empty)
         # (without lower bounds, a branch is skipped where its coarse bound is below the
         # upper bound found so far: the maximum's upper bound is then still certified)
         ref = up if self.upper_only else lo
-        for i in self._order(coarse):
+        order = self._order(coarse)
+        if first is not None:
+            order = [first] + [i for i in order if i != first]
+        else:  # (later queries: the branches built in full first, the lazily built ones after)
+            order = sorted(order, key=lambda i: not self._branches[i].source.built)
+        started = False
+        for i in order:
             need = ~(coarse[i] <= ref)
             if not need.any():
                 continue
-            l, u = exact(self._branches[i], x[need])
+            st = self._branches[i]
+            if started and not self.upper_only and not st.source.built:
+                # a later branch: its pessimistic side first, its optimistic side only where its
+                # upper bound exceeds the lower bound found so far.  Elsewhere its own lower bound
+                # (<= its upper) could not raise the maximum's: the interval is the same as with
+                # both sides computed.
+                xs = x[need]
+                _l, u = exact(st, xs, lower=False)
+                l = np.full(xs.size, empty)
+                may = ~(u <= lo[need])
+                if may.any():
+                    l2, u2 = exact(st, xs[may])
+                    l[may] = l2
+                    u[may] = np.minimum(u[may], u2)  # (two certified upper bounds)
+            else:
+                l, u = exact(st, x[need])
+            started = True
             lo[need] = np.maximum(lo[need], l)
             up[need] = np.maximum(up[need], u)
         return lo, up
@@ -1215,7 +1278,7 @@ class PLDAccountant(Accountant):
         return lo, up
 
     # -- delta(eps) -------------------------------------------------------
-    def _branch_delta(self, st, eps):
+    def _branch_delta(self, st, eps, lower=True):
         def evaluate(comp, e, share):
             du = comp.upper.delta(e)
             dl = (np.maximum(comp.lower.delta(e) - comp.alias_term(e), 0.0) if comp.lower is not None
@@ -1228,7 +1291,7 @@ class PLDAccountant(Accountant):
             return self._tilt_for(st, eps[todo[np.argmax(eps[todo])]])
 
         lo, up, _share = self._retilt(st, eps, 0.0, evaluate, propose,
-                                      eps_of=lambda todo, up: np.max(np.abs(eps[todo]), initial=1.0))
+                                      eps_of=lambda todo, up: np.max(np.abs(eps[todo]), initial=1.0), lower=lower)
         return lo, up
 
     def delta(self, epsilon) -> Interval:
