@@ -282,6 +282,23 @@ class _Side:
             self._lmgf[float(theta[0])] = float(out[0])
         return out
 
+    def cgf_moments(self, theta: float) -> tuple[float, float, float]:
+        """(ln M(theta), tilted mean, tilted variance) of one step in one pass, for a side of
+        at most _WINDOW_MIN points (summed in full): the very numbers of :meth:`log_mgf` and
+        :meth:`tilted_moments` (the same operations on the same arrays), which it caches."""
+        t = float(theta)
+        lm, mom = self._lmgf.get(t), self._mom.get(t)
+        if lm is not None and mom is not None:
+            return lm, mom[0], mom[1]
+        e = self.eps
+        z = self.logm + t * e
+        lse = _logsumexp_rows(z[None, :])
+        w = np.exp(z - lse[0])
+        m1 = float(np.sum(w * e))
+        mom = self._mom[t] = (m1, float(np.sum(w * (e - m1) ** 2)))
+        lm = self._lmgf[t] = float(lse[0])
+        return lm, mom[0], mom[1]
+
     def tilted_moments(self, theta: float) -> tuple[float, float]:
         """Mean and variance of one step under the theta-tilted measure (negligible terms dropped)."""
         t = float(theta)
@@ -555,10 +572,16 @@ def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) ->
     composition depends on it, never its soundness.  ``cut_scale``: as in :func:`solve_tilt`.
     """
     sides = _cut_tails([_Side.of(p, k) for p, k in zip(plds, counts)], cut_scale)[0]
+    # one small side (a single mechanism's coarse PLD): K, K' and K'' in one pass
+    one = sides[0] if len(sides) == 1 and sides[0].logm.size <= _WINDOW_MIN else None
 
     def f(t):
-        logm = _log_mgf_total(sides, t)
-        mean, var = _moments(sides, t)
+        if one is not None:
+            lm, m1, v1 = one.cgf_moments(t)
+            logm, mean, var = one.count * lm, 0.0 + one.count * m1, 0.0 + one.count * v1
+        else:
+            logm = _log_mgf_total(sides, t)
+            mean, var = _moments(sides, t)
         return logm - t * mean - math.log(t * (1 + t)) - 0.5 * math.log(2 * math.pi * max(var, 1e-300)), var
 
     target = math.log(delta)
