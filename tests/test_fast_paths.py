@@ -228,13 +228,16 @@ def test_upper_only_and_default_paths_bracket_the_truth(relation):
 
 
 def test_one_pass_cgf_equals_log_mgf_and_tilted_moments():
-    # estimate_tilt's one-pass K, K', K'' of a small side: the same numbers, bit for bit, as
-    # the separate (cached) evaluations -- and both match an independent log-sum-exp
+    # estimate_tilt's one-pass K, K', K'' of a side: the same numbers, bit for bit, as the
+    # separate (cached, windowed beyond _WINDOW_MIN points) evaluations -- and both match an
+    # independent log-sum-exp
     rng = np.random.default_rng(11)
-    for n, h in [(9, 0.3), (700, 1e-3), (C._WINDOW_MIN, 2e-4)]:
+    for n, h in [(9, 0.3), (700, 1e-3), (C._WINDOW_MIN, 2e-4), (50_000, 1e-4)]:
         m = rng.uniform(size=n) ** 6
         m[rng.uniform(size=n) < 0.1] = 0.0
-        for t in [0.0, 0.7, 35.0, -3.0]:
+        if n > C._WINDOW_MIN:  # (the windowed path, with skipped blocks, is the one compared)
+            assert C._Side(h, -n // 3, m / m.sum(), 5)._row_windows(np.array([400.0]))[0][0] > 0
+        for t in [0.0, 0.7, 35.0, -3.0, 400.0]:
             a = C._Side(h, -n // 3, m / m.sum(), 5)
             b = C._Side(h, -n // 3, m / m.sum(), 5)
             lm, m1, v1 = a.cgf_moments(t)

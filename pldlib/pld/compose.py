@@ -283,20 +283,29 @@ class _Side:
         return out
 
     def cgf_moments(self, theta: float) -> tuple[float, float, float]:
-        """(ln M(theta), tilted mean, tilted variance) of one step in one pass, for a side of
-        at most _WINDOW_MIN points (summed in full): the very numbers of :meth:`log_mgf` and
-        :meth:`tilted_moments` (the same operations on the same arrays), which it caches."""
+        """(ln M(theta), tilted mean, tilted variance) of one step in one pass over one window:
+        the very numbers of :meth:`log_mgf` and :meth:`tilted_moments` (the same operations on
+        the same terms), which it caches."""
         t = float(theta)
         lm, mom = self._lmgf.get(t), self._mom.get(t)
         if lm is not None and mom is not None:
             return lm, mom[0], mom[1]
-        e = self.eps
-        z = self.logm + t * e
+        if not math.isfinite(t):
+            lm = float(self.log_mgf(t)[0])
+            m1, v1 = self.tilted_moments(t)
+            return lm, m1, v1
+        i0, i1, rest = self._row_windows(np.array([t]))
+        i0, i1, rest = int(i0[0]), int(i1[0]), float(rest[0])
+        e = self.eps[i0:i1]
+        z = self.logm[i0:i1] + t * e
         lse = _logsumexp_rows(z[None, :])
         w = np.exp(z - lse[0])
         m1 = float(np.sum(w * e))
         mom = self._mom[t] = (m1, float(np.sum(w * (e - m1) ** 2)))
-        lm = self._lmgf[t] = float(lse[0])
+        with np.errstate(invalid="ignore", over="ignore"):
+            # (the skipped terms through their upper bound, as log_mgf adds them)
+            lm = float(lse[0]) if not rest > -np.inf else float(np.logaddexp(lse, rest)[0])
+        self._lmgf[t] = lm
         return lm, mom[0], mom[1]
 
     def tilted_moments(self, theta: float) -> tuple[float, float]:
@@ -572,8 +581,8 @@ def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) ->
     composition depends on it, never its soundness.  ``cut_scale``: as in :func:`solve_tilt`.
     """
     sides = _cut_tails([_Side.of(p, k) for p, k in zip(plds, counts)], cut_scale)[0]
-    # one small side (a single mechanism's coarse PLD): K, K' and K'' in one pass
-    one = sides[0] if len(sides) == 1 and sides[0].logm.size <= _WINDOW_MIN else None
+    # one side (a single mechanism's PLD): K, K' and K'' in one pass
+    one = sides[0] if len(sides) == 1 else None
 
     def f(t):
         if one is not None:
