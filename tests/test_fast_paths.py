@@ -247,3 +247,29 @@ def test_one_pass_cgf_equals_log_mgf_and_tilted_moments():
             with np.errstate(divide="ignore"):
                 z = np.log(b.masses) + t * b.eps
             assert lm == pytest.approx(logsumexp(z), rel=1e-13, abs=1e-13)
+
+
+def test_cell_errors_single_switch_equals_the_two_sided_form():
+    # connect-the-dots takes each cell's error from the side it differences; the sides switch
+    # once (sf is non-increasing), so the fast path bounds each point's value once -- the same
+    # numbers as bounding both sides everywhere and picking per cell (also when they do not
+    # switch once: the general form is used then)
+    from pldlib.profiles.base import cell_errors, value_error
+    from scipy.special import ndtr
+
+    def reference(sf, cdf, p_inf=0.0):
+        use = sf[:-1] - p_inf < 0.5
+        es, ec = value_error(sf), value_error(cdf)
+        return np.where(use, es[:-1] + es[1:], ec[:-1] + ec[1:])
+
+    z = np.linspace(-40.0, 40.0, 20_001)
+    sf, cdf = ndtr(-z), ndtr(z)
+    cases = [(sf, cdf, 0.0), (sf[:9000], cdf[:9000], 0.0), (sf[12000:], cdf[12000:], 0.0),
+             (sf, cdf, 0.3), (sf[:3], cdf[:3], 0.0)]
+    rng = np.random.default_rng(5)
+    wobble = rng.permutation(sf)  # not monotone: the general form
+    cases.append((wobble, 1.0 - wobble, 0.0))
+    for s, c, p in cases:
+        np.testing.assert_array_equal(cell_errors(s, c, p), reference(s, c, p))
+    for v in [0.0, 1e-300, 3e-17, 0.25, 0.5, 0.999]:  # scalars and arrays agree
+        assert float(value_error(v)) == float(value_error(np.array([v]))[0])

@@ -131,17 +131,20 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | N
 def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -> DiscretePLD:
     masses = np.maximum(np.asarray(masses, dtype=float), 0.0)
     mass_err = np.maximum(np.asarray(mass_err, dtype=float), 0.0)
-    nz = np.nonzero(masses + mass_err)[0]
-    if nz.size == 0:  # all mass at +inf (or dropped)
-        nz = np.array([0])
-    i0, i1 = nz[0], nz[-1] + 1
+    # first and last index holding a mass or an error (what np.nonzero(masses + mass_err) finds)
+    some = (masses != 0) | (mass_err != 0)
+    if not some.any():  # all mass at +inf (or dropped)
+        i0, i1 = 0, 1
+    else:
+        i0, i1 = int(np.argmax(some)), some.size - int(np.argmax(some[::-1]))
+    whole = i0 == 0 and i1 == masses.size  # (then the fresh arrays themselves, no copy)
     return DiscretePLD(
         h=grid.h,
-        start=grid.start + int(i0),
-        masses=masses[i0:i1].copy(),
+        start=grid.start + i0,
+        masses=masses if whole else masses[i0:i1].copy(),
         p_inf=float(p_inf),
         pessimistic=pessimistic,
-        mass_err=mass_err[i0:i1].copy(),
+        mass_err=mass_err if whole else mass_err[i0:i1].copy(),
         shift=float(grid.offset),
     )
 

@@ -64,8 +64,21 @@ def value_error(v) -> np.ndarray:
     positive v, an overestimate by at most 2 ln 2, hence a larger bound; cheaper than a log)."""
     v = np.abs(np.asarray(v, dtype=float))
     e = np.frexp(v)[1]
-    lv = np.abs(1 - e) * _LN2 + _LN2  # >= |ln v| for every positive v (and v = 0: e = 0)
-    return (SF_REL_ACCURACY + TAIL_LOG_ACCURACY * np.maximum(lv - TAIL_FROM, 0.0)) * v + VALUE_ABS_FLOOR
+    if not isinstance(e, np.ndarray) or e.ndim == 0:  # a scalar
+        lv = np.abs(1 - e) * _LN2 + _LN2
+        return (SF_REL_ACCURACY + TAIL_LOG_ACCURACY * np.maximum(lv - TAIL_FROM, 0.0)) * v + VALUE_ABS_FLOOR
+    # (in place, the same operations in the same order: (SF + TAIL max(|1 - e| ln2 + ln2 - FROM,
+    # 0)) v + FLOOR)
+    e = np.subtract(1, e, out=e)
+    lv = np.abs(e, out=e) * _LN2  # + ln 2: >= |ln v| for every positive v (and v = 0: e = 0)
+    lv += _LN2
+    lv -= TAIL_FROM
+    np.maximum(lv, 0.0, out=lv)
+    lv *= TAIL_LOG_ACCURACY
+    lv += SF_REL_ACCURACY
+    lv *= v
+    lv += VALUE_ABS_FLOOR
+    return lv
 
 
 
@@ -75,6 +88,14 @@ def cell_errors(sf: np.ndarray, cdf: np.ndarray, p_inf: float = 0.0) -> np.ndarr
     differences (the sf where sf - p_inf < 1/2 at the cell's left end, else the cdf).  The
     subtraction's own rounding is the caller's."""
     use_sf = sf[:-1] - p_inf < 0.5
+    n = use_sf.size
+    k = int(np.argmax(use_sf)) if n and use_sf[-1] else n  # first cell on the sf side
+    if n and (k == n or use_sf[k:].all()) and not use_sf[:k].any():
+        # (sf is non-increasing, so the cells switch sides once, at k: the values needed are
+        # the cdf at points 0..k and the sf at points k..n, each point's error taken once)
+        v = value_error(np.concatenate([cdf[: k + 1], sf[k:]]))
+        ec, es = v[: k + 1], v[k + 1 :]
+        return np.concatenate([ec[:-1] + ec[1:], es[:-1] + es[1:]])
     es, ec = value_error(sf), value_error(cdf)
     return np.where(use_sf, es[:-1] + es[1:], ec[:-1] + ec[1:])
 
