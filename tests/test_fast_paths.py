@@ -201,11 +201,14 @@ def test_fft_thread_knob(monkeypatch):
     C._fft_threads.cache_clear()
     try:
         monkeypatch.setenv("PLDLIB_FFT_WORKERS", "3")
-        assert C.fft_workers(C.FFT_THREADS_FROM) == 3 and C.fft_workers(C.FFT_THREADS_FROM - 1) == 1
+        rows = C.FFT_THREADS_ROWS
+        assert C.fft_workers(C.FFT_THREADS_FROM, rows) == 3 and C.fft_workers(C.FFT_THREADS_FROM - 1, rows) == 1
+        # a single transform (or a small batch) gets one thread: pocketfft would not split it
+        assert C.fft_workers(C.FFT_THREADS_FROM) == 1 and C.fft_workers(10**8, rows - 1) == 1
         C._fft_threads.cache_clear()
         monkeypatch.setenv("PLDLIB_FFT_WORKERS", "two")
         with pytest.raises(ValueError, match="PLDLIB_FFT_WORKERS: must be a positive integer"):
-            C.fft_workers(C.FFT_THREADS_FROM)
+            C.fft_workers(C.FFT_THREADS_FROM, rows)
     finally:
         C._fft_threads.cache_clear()
 
