@@ -28,8 +28,9 @@ from ..mechanisms import Mechanism
 from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
                             branch_labels, components_of)
 from .schedule import GROUP_RATIO, EpochStep, GroupedStep, epoch_components, group_schedule
-from .compose import DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt, solve_tilt
-from .discretize import connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
+from .compose import (CUT_REL, DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt,
+                      solve_tilt)
+from .discretize import Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET", "DEFAULT_TIME_BUDGET"]
@@ -299,19 +300,61 @@ class _Discretised:
         self._fine = None
         self._uppers = None
         self._coarse = None
+        self._levels: dict = {}       # truncation tail -> [uppers or None, lowers or None]
+        self._level_grids: dict = {}  # truncation tail -> [(upper grid, lower grid or None)]
 
     @property
     def built(self) -> bool:
-        """Whether the fine PLDs of every side computed are built."""
-        return self._fine is not None or (self.upper_only and self._uppers is not None)
+        """Whether the fine PLDs of every side computed are built (at some range)."""
+        if self._fine is not None or (self.upper_only and self._uppers is not None):
+            return True
+        return any(u is not None and (self.upper_only or lo is not None) for u, lo in self._levels.values())
 
     @property
     def uppers_built(self) -> bool:
-        return self._uppers is not None
+        return self._uppers is not None or any(u is not None for u, _ in self._levels.values())
 
-    def _one(self, pair, grids):
+    def level_for(self, cut_scale, counts) -> float | None:
+        """The truncation tail of a query composed with ``cut_scale`` (None: the whole range):
+        a power of ten at or below TRUNCATE_MARGIN * CUT_REL * cut_scale / steps."""
+        if cut_scale is None or not cut_scale > 0.0 or self._fine is not None:
+            return None
+        t = TRUNCATE_MARGIN * CUT_REL * float(cut_scale) / max(sum(int(k) for k in counts), 1)
+        if not t > 10.0 * self.tail or max(g.n for g, _ in self.grids) < TRUNCATE_FROM:
+            return None
+        return 10.0 ** math.floor(math.log10(t))
+
+    def _truncated(self, grid, profile, t: float):
+        """The points of ``grid`` between where ``profile``'s tail masses fall to ``t`` (the same
+        lattice points).  Connect-the-dots puts the mass left of its first point there and the
+        curve left at its last point at +inf, and the optimistic hull stays under the curve on
+        any grid, so a truncated grid is as sound as a whole one (docs/MATH.md 4.3)."""
+        if grid is None:
+            return None
+        from ..profiles.base import loss_range
+
+        try:
+            lo, hi = loss_range(profile, t)
+        except (ValueError, ArithmeticError):
+            return grid
+        start = max(min(int(math.floor((lo - grid.offset) / grid.h)), -1), grid.start)
+        stop = min(max(int(math.ceil((hi - grid.offset) / grid.h)), 1), grid.start + grid.n)
+        if start == grid.start and stop == grid.start + grid.n:
+            return grid
+        return Grid(h=grid.h, start=start, n=stop - start, offset=grid.offset)
+
+    def _grids_at(self, t):
+        if t is None:
+            return self.grids
+        g = self._level_grids.get(t)
+        if g is None:
+            g = self._level_grids[t] = [(self._truncated(gu, pu, t), self._truncated(gl, pl, t))
+                                        for (pu, pl), (gu, gl) in zip(self.pairs, self.grids)]
+        return g
+
+    def _one(self, pair, grids, t=None):
         """(upper PLD, lower PLD or None) of one component."""
-        return self._one_upper(pair, grids), self._one_lower(pair, grids)
+        return self._one_upper(pair, grids), self._one_lower(pair, grids, t)
 
     def _one_upper(self, pair, grids):
         (pu, _pl), (gu, _gl) = pair, grids
@@ -319,7 +362,7 @@ class _Discretised:
             return privacy_buckets(pu, gu, pessimistic=True)
         return connect_the_dots(pu, gu)
 
-    def _one_lower(self, pair, grids):
+    def _one_lower(self, pair, grids, t=None):
         (_pu, pl), (_gu, gl) = pair, grids
         if gl is None:
             return None
@@ -331,35 +374,60 @@ class _Discretised:
             if gl.offset == 0.0:
                 raise
             # no admissible tangent in the offset cell: the lattice through 0
-            return convex_hull_optimistic(pl, grid_for(pl, self.h, self.tail, self.max_bins))
+            g0 = grid_for(pl, self.h, self.tail, self.max_bins)
+            return convex_hull_optimistic(pl, g0 if t is None else self._truncated(g0, pl, t))
 
-    def fine_uppers(self) -> list:
+    def fine_uppers(self, t: float | None = None) -> list:
         """The pessimistic PLDs alone (a branch whose lower bound is not needed skips the
-        optimistic ones: :meth:`PLDAccountant._combine`)."""
-        if self._uppers is None:
-            self._uppers = self._fine[0] if self._fine is not None else _map(self._one_upper, self.pairs, self.grids)
-        return self._uppers
+        optimistic ones: :meth:`PLDAccountant._combine`); ``t``: on grids truncated at that tail
+        (:meth:`level_for`; the whole range, once built, serves every query)."""
+        if t is None or self._uppers is not None:
+            if self._uppers is None:
+                self._uppers = self._fine[0] if self._fine is not None else _map(self._one_upper, self.pairs, self.grids,
+                                                                                  points=_points(self.grids))
+            return self._uppers
+        lv = self._levels.setdefault(t, [None, None])
+        if lv[0] is None:
+            lv[0] = _map(self._one_upper, self.pairs, self._grids_at(t), points=_points(self._grids_at(t)))
+        return lv[0]
 
-    def fine(self):
-        """(pessimistic PLDs, optimistic PLDs or None)."""
-        if self._fine is None:
-            if self.upper_only:
-                self._fine = (self.fine_uppers(), None)
-            elif self._uppers is not None:
-                self._fine = (self._uppers, _map(self._one_lower, self.pairs, self.grids))
+    def fine(self, t: float | None = None):
+        """(pessimistic PLDs, optimistic PLDs or None), on grids truncated at ``t`` if given."""
+        if t is None or self._fine is not None:
+            if self._fine is None:
+                if self.upper_only:
+                    self._fine = (self.fine_uppers(), None)
+                elif self._uppers is not None:
+                    self._fine = (self._uppers, _map(self._one_lower, self.pairs, self.grids, points=_points(self.grids)))
+                else:
+                    done = _map(self._one, self.pairs, self.grids, points=_points(self.grids))
+                    self._uppers = [u for u, _ in done]
+                    self._fine = (self._uppers, [lo for _, lo in done])
+            return self._fine
+        if self.upper_only:
+            return self.fine_uppers(t), None
+        lv = self._levels.setdefault(t, [None, None])
+        if lv[1] is None:
+            grids = self._grids_at(t)
+            if lv[0] is None:
+                done = _map(lambda pair, g: self._one(pair, g, t), self.pairs, grids, points=_points(grids))
+                lv[0], lv[1] = [u for u, _ in done], [lo for _, lo in done]
             else:
-                done = _map(self._one, self.pairs, self.grids)
-                self._uppers = [u for u, _ in done]
-                self._fine = (self._uppers, [lo for _, lo in done])
-        return self._fine
+                lv[1] = _map(lambda pair, g: self._one_lower(pair, g, t), self.pairs, grids, points=_points(grids))
+        return lv[0], lv[1]
 
     def coarse(self):
         """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound)."""
         if self._coarse is None:
             hc = COARSE_FACTOR * self.h
             self._coarse = _map(lambda pair: connect_the_dots(pair[0], grid_for(pair[0], hc, self.tail, self.max_bins)),
-                                self.pairs)
+                                self.pairs, points=_points(self.grids) / COARSE_FACTOR)
         return self._coarse
+
+
+def _points(grids) -> float:
+    """Average points of the (upper) grids of a list of components."""
+    return sum(gu.n for gu, _ in grids) / max(len(grids), 1)
 
 
 class TimeBudgetError(GridTooLargeError):
@@ -378,18 +446,28 @@ def _coarsen_factor(err) -> float:
     return float(2 ** min(8, max(1, math.ceil(math.log2(need / limit)))))
 
 
-#: from this many components on, their discretisations run on a thread pool
+#: a query's fine PLDs end where a step's right tail falls below TRUNCATE_MARGIN times the per-step
+#: threshold beyond which its composition cuts tails anyway (compose.CUT_REL * cut_scale / steps,
+#: docs/MATH.md 4.3): the rest of the range (down to the accountant's own tail) is built only for
+#: queries that need it.  Grids below TRUNCATE_FROM points are always built whole.
+TRUNCATE_MARGIN = 0.25
+TRUNCATE_FROM = 4096
+
+#: from this many components on, their discretisations run on a thread pool ...
 THREADS_FROM = 32
+#: ... when their grids average at least this many points (measured on 2 cores: schedules of
+#: ~350 components of 3,000-7,000 points ran 15-25% slower on two threads than on one)
+THREADS_POINTS = 2**15
 
 
-def _map(fn, *items) -> list:
+def _map(fn, *items, points: float = math.inf) -> list:
     """[fn(*args) for args in zip(*items)], on ``PLDLIB_FFT_WORKERS`` threads (default: the CPUs
-    this process may use, at most 8) when there are at least THREADS_FROM items (the profile
-    evaluations are numpy loops that release the GIL: about 1.3x on 2 cores).  Order kept;
-    the first exception is raised."""
+    this process may use, at most 8) when there are at least THREADS_FROM items of ``points``
+    >= THREADS_POINTS grid points on average (the profile evaluations are numpy loops that
+    release the GIL, which pays on long arrays only).  Order kept; the first exception is raised."""
     n = len(items[0])
     workers = _fft_threads()
-    if n < THREADS_FROM or workers < 2:
+    if n < THREADS_FROM or workers < 2 or points < THREADS_POINTS:
         return [fn(*args) for args in zip(*items)]
     from concurrent.futures import ThreadPoolExecutor
 
@@ -397,17 +475,17 @@ def _map(fn, *items) -> list:
         return list(ex.map(fn, *items))
 
 
-def _tilt_plds(st) -> list:
+def _tilt_plds(st, cut=None) -> list:
     """PLDs to estimate a tilt on (it needs no precision): the branch's cheap coarse ones, or
     its fine ones for long schedules (their branches are not screened, so the fine PLDs are
     built anyway, and coarse ones too would cost a discretisation per component), or where
     the coarse grid cannot be built."""
     if len(st.counts) >= SCREEN_MAX_COMPONENTS:
-        return st.uppers
+        return st.uppers_at(cut)
     try:
         return st.source.coarse()
     except (ArithmeticError, MemoryError, ValueError):
-        return st.uppers
+        return st.uppers_at(cut)
 
 
 def _estimated_tilt(st, plds, delta: float, cut) -> float:
@@ -435,6 +513,14 @@ class _BranchState:
     @property
     def uppers(self) -> list:
         return self.source.fine_uppers()
+
+    def uppers_at(self, cut_scale) -> list:
+        """The pessimistic PLDs a composition with this ``cut_scale`` needs (truncated beyond
+        what it cuts: :meth:`_Discretised.level_for`)."""
+        return self.source.fine_uppers(self.source.level_for(cut_scale, self.counts))
+
+    def lowers_at(self, cut_scale) -> list:
+        return self.source.fine(self.source.level_for(cut_scale, self.counts))[1]
 
     @property
     def lowers(self) -> list:
@@ -756,10 +842,11 @@ class PLDAccountant(Accountant):
             if not st.source.uppers_built and len(self._eff) < SCREEN_MAX_COMPONENTS:
                 self._fits_coarse(st, deltas, cut)
                 continue
-            theta = _estimated_tilt(st, _tilt_plds(st), 1e-5, cut)
+            theta = _estimated_tilt(st, _tilt_plds(st, cut), 1e-5, cut)
             # (the optimistic PLDs only where built: the window is laid out from the pessimistic
             # side, the wider one; a query that does not fit coarsens the grid itself, ``_auto``)
-            compose(st.uppers, st.lowers if not self.upper_only and st.source.built else None, st.counts,
+            compose(st.uppers_at(cut), st.lowers_at(cut) if not self.upper_only and st.source.built else None,
+                    st.counts,
                     theta=theta, max_bins=self._bins(), cut_scale=cut, dry_run=True)
 
     def _fits_coarse(self, st, deltas, cut) -> None:
@@ -885,8 +972,6 @@ class PLDAccountant(Accountant):
                 cap = min(cap, AUTO_STEP_POINTS)  # the time budget (automatic grid only)
             src = _Discretised(pairs, h, self.tail, cap, self.discretisation, self.upper_only)
             branches.append(_BranchState(label, src, [k for _, k in self._eff]))
-        if len(branches) == 1:
-            branches[0].source.fine()
         return branches
 
     def _probe_width(self, delta: float = 1e-5) -> float:
@@ -943,7 +1028,8 @@ class PLDAccountant(Accountant):
         if key not in st.cache:
             t = time.perf_counter()
             try:
-                comp = compose(st.uppers, st.lowers if lower else None, st.counts, theta=theta,
+                comp = compose(st.uppers_at(cut_scale), st.lowers_at(cut_scale) if lower else None, st.counts,
+                               theta=theta,
                                eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
             except GridTooLargeError as e:
                 if e.need is not None and e.need <= self._bins(memory_only=True):
@@ -956,7 +1042,7 @@ class PLDAccountant(Accountant):
         return st.cache[key]
 
     def _tilt_for(self, st, eps_target, cut_scale=None) -> float:
-        return solve_tilt(st.uppers, st.counts, float(eps_target), cut_scale)
+        return solve_tilt(st.uppers_at(cut_scale), st.counts, float(eps_target), cut_scale)
 
     # -- eps(delta) -------------------------------------------------------
     @staticmethod
@@ -1042,7 +1128,7 @@ class PLDAccountant(Accountant):
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
             return (self._tilt_for(st, up[j], cut) if np.isfinite(up[j])
-                    else _estimated_tilt(st, _tilt_plds(st), float(deltas[j]), cut))
+                    else _estimated_tilt(st, _tilt_plds(st, cut), float(deltas[j]), cut))
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
         # (the tilt needs no precision: estimated on the cheap coarse PLDs)
@@ -1050,7 +1136,7 @@ class PLDAccountant(Accountant):
             u = np.abs(up[todo])
             return np.max(u[np.isfinite(u)], initial=1.0)
 
-        lo, up, share = self._retilt(st, deltas, _estimated_tilt(st, _tilt_plds(st), float(deltas.min()), cut),
+        lo, up, share = self._retilt(st, deltas, _estimated_tilt(st, _tilt_plds(st, cut), float(deltas.min()), cut),
                                      evaluate, propose, cut_scale=cut, eps_of=eps_of, lower=lower)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
@@ -1110,7 +1196,7 @@ class PLDAccountant(Accountant):
             small = 1e-3 * (float(np.min(x)) if kind == "eps" else 1e-6)
             score = []
             for st in self._branches:
-                plds = st.uppers if fine else st.source.coarse()
+                plds = st.uppers_at(_cut_scale(x) if kind == "eps" else None) if fine else st.source.coarse()
                 if sum(k * p.p_inf for p, k in zip(plds, st.counts)) > small:
                     return None, []  # mass at +inf that matters: the approximation says nothing about it
                 m = v = 0.0
