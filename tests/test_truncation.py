@@ -86,3 +86,18 @@ def test_smaller_delta_builds_a_deeper_range(relation):
     ref = whole.epsilon(np.array([1e-5, 1e-12]))
     np.testing.assert_allclose([a.lower, b.lower], ref.lower, rtol=1e-7)
     np.testing.assert_allclose([a.upper, b.upper], ref.upper, rtol=1e-7)
+
+
+def test_coarse_screen_plds_are_truncated_too_and_stay_upper_bounds():
+    mech = pldlib.Gaussian(1.2, q=7e-4, sampling="poisson", relation="add_remove")
+    acc = pldlib.account(mech, steps=19044, interval=1e-4)
+    deltas = np.array([1e-5])
+    got = acc.epsilon(deltas)
+    for st in acc._branches:
+        t = st.source.level_for(1e-5, st.counts)
+        assert t is not None
+        short, whole = st.coarse_at(1e-5)[0], st.source.coarse()[0]
+        assert short.masses.size < whole.masses.size / 2
+        # the coarse bound (truncated) still bounds this branch's certified lower bound from above
+        assert acc._coarse_upper(st, deltas, "eps")[0] >= acc._branch_epsilon(st, deltas)[0][0]
+    assert got.lower <= got.upper

@@ -416,13 +416,19 @@ class _Discretised:
                 lv[1] = _map(lambda pair, g: self._one_lower(pair, g, t), self.pairs, grids, points=_points(grids))
         return lv[0], lv[1]
 
-    def coarse(self):
-        """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound)."""
+    def coarse(self, t: float | None = None):
+        """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound); ``t``:
+        on grids truncated at that tail (:meth:`level_for`, as the fine ones)."""
         if self._coarse is None:
+            self._coarse = {}
+        hit = self._coarse.get(t)
+        if hit is None:
             hc = COARSE_FACTOR * self.h
-            self._coarse = _map(lambda pair: connect_the_dots(pair[0], grid_for(pair[0], hc, self.tail, self.max_bins)),
-                                self.pairs, points=_points(self.grids) / COARSE_FACTOR)
-        return self._coarse
+            tail = self.tail if t is None else max(self.tail, t)
+            hit = self._coarse[t] = _map(
+                lambda pair: connect_the_dots(pair[0], grid_for(pair[0], hc, tail, self.max_bins)),
+                self.pairs, points=_points(self.grids) / COARSE_FACTOR)
+        return hit
 
 
 def _points(grids) -> float:
@@ -483,7 +489,7 @@ def _tilt_plds(st, cut=None) -> list:
     if len(st.counts) >= SCREEN_MAX_COMPONENTS:
         return st.uppers_at(cut)
     try:
-        return st.source.coarse()
+        return st.coarse_at(cut)
     except (ArithmeticError, MemoryError, ValueError):
         return st.uppers_at(cut)
 
@@ -521,6 +527,9 @@ class _BranchState:
 
     def lowers_at(self, cut_scale) -> list:
         return self.source.fine(self.source.level_for(cut_scale, self.counts))[1]
+
+    def coarse_at(self, cut_scale) -> list:
+        return self.source.coarse(self.source.level_for(cut_scale, self.counts))
 
     @property
     def lowers(self) -> list:
@@ -1164,7 +1173,7 @@ class PLDAccountant(Accountant):
         COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had (``strict``: a
         composition too large raises its ``GridTooLargeError`` instead)."""
         try:
-            plds = st.source.coarse()
+            plds = st.coarse_at(_cut_scale(x) if kind == "eps" else None)
             cut = _cut_scale(x) if kind == "eps" else None
             theta = _estimated_tilt(st, plds, float(x.min()), cut) if kind == "eps" else 0.0
             key = (round(theta, 12), cut)
@@ -1196,7 +1205,8 @@ class PLDAccountant(Accountant):
             small = 1e-3 * (float(np.min(x)) if kind == "eps" else 1e-6)
             score = []
             for st in self._branches:
-                plds = st.uppers_at(_cut_scale(x) if kind == "eps" else None) if fine else st.source.coarse()
+                cut = _cut_scale(x) if kind == "eps" else None
+                plds = st.uppers_at(cut) if fine else st.coarse_at(cut)
                 if sum(k * p.p_inf for p, k in zip(plds, st.counts)) > small:
                     return None, []  # mass at +inf that matters: the approximation says nothing about it
                 m = v = 0.0
