@@ -50,16 +50,32 @@ def test_truncated_plds_are_on_their_side_of_the_whole_ones(relation):
     assert np.all(side(lo, -1).delta(eps)[right] >= side(fl, -1).delta(eps)[right] - 2 * t - 1e-13)
 
 
-def test_answers_match_the_whole_range_and_bracket_the_truth():
+def _whole(monkeypatch, *args, **kw):
+    """An accountant that never truncates (the reference)."""
+    import pldlib.pld.accountant as A
+
+    with monkeypatch.context() as m:
+        m.setattr(A, "TRUNCATE_FROM", 10**12)
+        acc = pldlib.account(*args, **kw)
+        for st in acc._branches:
+            st.source.fine()
+    return acc
+
+
+def test_answers_match_the_whole_range_and_bracket_the_truth(monkeypatch):
     sigma, q, steps, delta = 1.2, 7e-4, 19044, 3.7e-5
     truth = float(epsilon_gaussian(delta, sigma, steps, q=q, direction="remove"))
     mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation="remove")
     acc = pldlib.account(mech, steps=steps, interval=1e-4)
     got = acc.epsilon(delta)
     assert acc._branches[0].source._levels
-    whole = pldlib.account(mech, steps=steps, interval=1e-4)
-    whole._branches[0].source.fine()
-    ref = whole.epsilon(delta)
+    import pldlib.pld.accountant as A
+
+    whole = _whole(monkeypatch, mech, steps=steps, interval=1e-4)
+    with monkeypatch.context() as m:
+        m.setattr(A, "TRUNCATE_FROM", 10**12)
+        ref = whole.epsilon(delta)
+    assert not whole._branches[0].source._levels
     assert got.lower <= truth <= got.upper
     # (the truncated tails move each curve by at most 5e-7 delta_s: ~1e-7 of eps here)
     assert got.upper == pytest.approx(ref.upper, rel=1e-7)
@@ -67,7 +83,7 @@ def test_answers_match_the_whole_range_and_bracket_the_truth():
 
 
 @pytest.mark.parametrize("relation", ["add_remove"])
-def test_smaller_delta_builds_a_deeper_range(relation):
+def test_smaller_delta_builds_a_deeper_range(relation, monkeypatch):
     mech = pldlib.Gaussian(1.2, q=7e-4, sampling="poisson", relation=relation)
     acc = pldlib.account(mech, steps=19044, interval=1e-4)
     a = acc.epsilon(1e-5)
@@ -80,10 +96,18 @@ def test_smaller_delta_builds_a_deeper_range(relation):
         assert sizes[0] > sizes[1]  # deeper tail, more points
     assert b.lower > a.upper
     # the same answers as from the whole range (both directions, both sides)
-    whole = pldlib.account(mech, steps=19044, interval=1e-4)
-    for st in whole._branches:
-        st.source.fine()
-    ref = whole.epsilon(np.array([1e-5, 1e-12]))
+    import pldlib.pld.accountant as A
+
+    whole = _whole(monkeypatch, mech, steps=19044, interval=1e-4)
+    with monkeypatch.context() as m:
+        m.setattr(A, "TRUNCATE_FROM", 10**12)
+        ref = whole.epsilon(np.array([1e-5, 1e-12]))
+    # an answer does not depend on what earlier queries built (the whole range, by a delta(eps) read)
+    fresh = pldlib.account(mech, steps=19044, interval=1e-4)
+    fresh.delta(np.array([0.3]))
+    assert any(st.source._fine is not None for st in fresh._branches)
+    for d, want in [(1e-5, a), (1e-12, b)]:  # (one delta per query, as above: a batch's cut is its smallest's)
+        assert fresh.epsilon(d) == want
     np.testing.assert_allclose([a.lower, b.lower], ref.lower, rtol=1e-7)
     np.testing.assert_allclose([a.upper, b.upper], ref.upper, rtol=1e-7)
 

@@ -317,7 +317,7 @@ class _Discretised:
     def level_for(self, cut_scale, counts) -> float | None:
         """The truncation tail of a query composed with ``cut_scale`` (None: the whole range):
         a power of ten at or below TRUNCATE_MARGIN * CUT_REL * cut_scale / steps."""
-        if cut_scale is None or not cut_scale > 0.0 or self._fine is not None:
+        if cut_scale is None or not cut_scale > 0.0:
             return None
         t = TRUNCATE_MARGIN * CUT_REL * float(cut_scale) / max(sum(int(k) for k in counts), 1)
         if not t > 10.0 * self.tail or max(g.n for g, _ in self.grids) < TRUNCATE_FROM:
@@ -380,8 +380,8 @@ class _Discretised:
     def fine_uppers(self, t: float | None = None) -> list:
         """The pessimistic PLDs alone (a branch whose lower bound is not needed skips the
         optimistic ones: :meth:`PLDAccountant._combine`); ``t``: on grids truncated at that tail
-        (:meth:`level_for`; the whole range, once built, serves every query)."""
-        if t is None or self._uppers is not None:
+        (:meth:`level_for`; a query's answer never depends on what earlier queries built)."""
+        if t is None:
             if self._uppers is None:
                 self._uppers = self._fine[0] if self._fine is not None else _map(self._one_upper, self.pairs, self.grids,
                                                                                   points=_points(self.grids))
@@ -393,7 +393,7 @@ class _Discretised:
 
     def fine(self, t: float | None = None):
         """(pessimistic PLDs, optimistic PLDs or None), on grids truncated at ``t`` if given."""
-        if t is None or self._fine is not None:
+        if t is None:
             if self._fine is None:
                 if self.upper_only:
                     self._fine = (self.fine_uppers(), None)
