@@ -855,8 +855,7 @@ class PLDAccountant(Accountant):
             # (the optimistic PLDs only where built: the window is laid out from the pessimistic
             # side, the wider one; a query that does not fit coarsens the grid itself, ``_auto``)
             compose(st.uppers_at(cut), st.lowers_at(cut) if not self.upper_only and st.source.built else None,
-                    st.counts,
-                    theta=theta, max_bins=self._bins(), cut_scale=cut, dry_run=True)
+                    st.counts, theta=theta, max_bins=self._bins(), cut_scale=cut, dry_run=True)
 
     def _fits_coarse(self, st, deltas, cut) -> None:
         """:meth:`_fits` for a branch whose fine PLDs are not built (the refinement probe's
@@ -1038,8 +1037,7 @@ class PLDAccountant(Accountant):
             t = time.perf_counter()
             try:
                 comp = compose(st.uppers_at(cut_scale), st.lowers_at(cut_scale) if lower else None, st.counts,
-                               theta=theta,
-                               eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
+                               theta=theta, eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
             except GridTooLargeError as e:
                 if e.need is not None and e.need <= self._bins(memory_only=True):
                     raise TimeBudgetError(str(e), need=e.need, limit=e.limit) from None
@@ -1173,8 +1171,8 @@ class PLDAccountant(Accountant):
         COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had (``strict``: a
         composition too large raises its ``GridTooLargeError`` instead)."""
         try:
-            plds = st.coarse_at(_cut_scale(x) if kind == "eps" else None)
             cut = _cut_scale(x) if kind == "eps" else None
+            plds = st.coarse_at(cut)
             theta = _estimated_tilt(st, plds, float(x.min()), cut) if kind == "eps" else 0.0
             key = (round(theta, 12), cut)
             if key not in st.coarse_cache:
