@@ -31,6 +31,7 @@ from .schedule import GROUP_RATIO, EpochStep, GroupedStep, epoch_components, gro
 from .compose import (CUT_REL, DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt,
                       solve_tilt)
 from .discretize import Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
+from ..profiles.base import loss_range
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET", "DEFAULT_TIME_BUDGET"]
@@ -297,22 +298,28 @@ class _Discretised:
                        None if upper_only else grid_for(pl, h, tail, max_bins,
                                                         offset=hull_offset(pl, h) if hull else 0.0))
                       for pu, pl in pairs]
-        self._fine = None
-        self._uppers = None
-        self._coarse = None
-        self._levels: dict = {}       # truncation tail -> [uppers or None, lowers or None]
+        self._whole = [None, None]    # [uppers, lowers] on the whole grids
+        self._levels: dict = {}       # truncation tail -> [uppers, lowers] on truncated grids
         self._level_grids: dict = {}  # truncation tail -> [(upper grid, lower grid or None)]
+        self._coarse: dict = {}       # truncation tail (None: whole) -> coarse pessimistic PLDs
+
+    def _slots(self):
+        return [self._whole, *self._levels.values()]
+
+    @property
+    def _fine(self):
+        """(uppers, lowers or None) on the whole grids, None until built."""
+        u, lo = self._whole
+        return None if u is None or (lo is None and not self.upper_only) else (u, lo)
 
     @property
     def built(self) -> bool:
         """Whether the fine PLDs of every side computed are built (at some range)."""
-        if self._fine is not None or (self.upper_only and self._uppers is not None):
-            return True
-        return any(u is not None and (self.upper_only or lo is not None) for u, lo in self._levels.values())
+        return any(u is not None and (self.upper_only or lo is not None) for u, lo in self._slots())
 
     @property
     def uppers_built(self) -> bool:
-        return self._uppers is not None or any(u is not None for u, _ in self._levels.values())
+        return any(u is not None for u, _ in self._slots())
 
     def level_for(self, cut_scale, counts) -> float | None:
         """The truncation tail of a query composed with ``cut_scale`` (None: the whole range):
@@ -331,8 +338,6 @@ class _Discretised:
         any grid, so a truncated grid is as sound as a whole one (docs/MATH.md 4.3)."""
         if grid is None:
             return None
-        from ..profiles.base import loss_range
-
         try:
             lo, hi = loss_range(profile, t)
         except (ValueError, ArithmeticError):
@@ -381,46 +386,29 @@ class _Discretised:
         """The pessimistic PLDs alone (a branch whose lower bound is not needed skips the
         optimistic ones: :meth:`PLDAccountant._combine`); ``t``: on grids truncated at that tail
         (:meth:`level_for`; a query's answer never depends on what earlier queries built)."""
-        if t is None:
-            if self._uppers is None:
-                self._uppers = self._fine[0] if self._fine is not None else _map(self._one_upper, self.pairs, self.grids,
-                                                                                  points=_points(self.grids))
-            return self._uppers
-        lv = self._levels.setdefault(t, [None, None])
-        if lv[0] is None:
-            lv[0] = _map(self._one_upper, self.pairs, self._grids_at(t), points=_points(self._grids_at(t)))
-        return lv[0]
+        slot = self._whole if t is None else self._levels.setdefault(t, [None, None])
+        if slot[0] is None:
+            grids = self._grids_at(t)
+            slot[0] = _map(self._one_upper, self.pairs, grids, points=_points(grids))
+        return slot[0]
 
     def fine(self, t: float | None = None):
         """(pessimistic PLDs, optimistic PLDs or None), on grids truncated at ``t`` if given."""
-        if t is None:
-            if self._fine is None:
-                if self.upper_only:
-                    self._fine = (self.fine_uppers(), None)
-                elif self._uppers is not None:
-                    self._fine = (self._uppers, _map(self._one_lower, self.pairs, self.grids, points=_points(self.grids)))
-                else:
-                    done = _map(self._one, self.pairs, self.grids, points=_points(self.grids))
-                    self._uppers = [u for u, _ in done]
-                    self._fine = (self._uppers, [lo for _, lo in done])
-            return self._fine
         if self.upper_only:
             return self.fine_uppers(t), None
-        lv = self._levels.setdefault(t, [None, None])
-        if lv[1] is None:
+        slot = self._whole if t is None else self._levels.setdefault(t, [None, None])
+        if slot[1] is None:
             grids = self._grids_at(t)
-            if lv[0] is None:
+            if slot[0] is None:
                 done = _map(lambda pair, g: self._one(pair, g, t), self.pairs, grids, points=_points(grids))
-                lv[0], lv[1] = [u for u, _ in done], [lo for _, lo in done]
+                slot[0], slot[1] = [u for u, _ in done], [lo for _, lo in done]
             else:
-                lv[1] = _map(lambda pair, g: self._one_lower(pair, g, t), self.pairs, grids, points=_points(grids))
-        return lv[0], lv[1]
+                slot[1] = _map(lambda pair, g: self._one_lower(pair, g, t), self.pairs, grids, points=_points(grids))
+        return slot[0], slot[1]
 
     def coarse(self, t: float | None = None):
         """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound); ``t``:
         on grids truncated at that tail (:meth:`level_for`, as the fine ones)."""
-        if self._coarse is None:
-            self._coarse = {}
         hit = self._coarse.get(t)
         if hit is None:
             hc = COARSE_FACTOR * self.h
@@ -541,8 +529,6 @@ def _check_interval(h: float, per_comp, tail: float) -> None:
     (down to the truncated tail mass): each grid would hold at most two cells, and the
     certified interval, still valid, would say nothing (e.g. [-1e-5, 999.8] for 10 Gaussian
     steps at h = 100)."""
-    from ..profiles.base import loss_range
-
     widths = []
     for bl in per_comp:
         for b in bl:

@@ -63,12 +63,10 @@ def value_error(v) -> np.ndarray:
     from v's binary exponent (v = m 2^e, m in [1/2, 1): |ln v| <= |1 - e| ln 2 + ln 2 for every
     positive v, an overestimate by at most 2 ln 2, hence a larger bound; cheaper than a log)."""
     v = np.abs(np.asarray(v, dtype=float))
+    scalar = v.ndim == 0
+    v = np.atleast_1d(v)
     e = np.frexp(v)[1]
-    if not isinstance(e, np.ndarray) or e.ndim == 0:  # a scalar
-        lv = np.abs(1 - e) * _LN2 + _LN2
-        return (SF_REL_ACCURACY + TAIL_LOG_ACCURACY * np.maximum(lv - TAIL_FROM, 0.0)) * v + VALUE_ABS_FLOOR
-    # (in place, the same operations in the same order: (SF + TAIL max(|1 - e| ln2 + ln2 - FROM,
-    # 0)) v + FLOOR)
+    # (in place: (SF + TAIL max(|1 - e| ln2 + ln2 - FROM, 0)) v + FLOOR)
     e = np.subtract(1, e, out=e)
     lv = np.abs(e, out=e) * _LN2  # + ln 2: >= |ln v| for every positive v (and v = 0: e = 0)
     lv += _LN2
@@ -78,7 +76,7 @@ def value_error(v) -> np.ndarray:
     lv += SF_REL_ACCURACY
     lv *= v
     lv += VALUE_ABS_FLOOR
-    return lv
+    return lv[0] if scalar else lv
 
 
 
@@ -90,7 +88,7 @@ def cell_errors(sf: np.ndarray, cdf: np.ndarray, p_inf: float = 0.0) -> np.ndarr
     use_sf = sf[:-1] - p_inf < 0.5
     n = use_sf.size
     k = int(np.argmax(use_sf)) if n and use_sf[-1] else n  # first cell on the sf side
-    if n and (k == n or use_sf[k:].all()) and not use_sf[:k].any():
+    if n and use_sf[k:].all() and not use_sf[:k].any():
         # (sf is non-increasing, so the cells switch sides once, at k: the values needed are
         # the cdf at points 0..k and the sf at points k..n, each point's error taken once)
         v = value_error(np.concatenate([cdf[: k + 1], sf[k:]]))
