@@ -27,8 +27,11 @@ $(PEERS): $(STAMP)
 
 install: $(STAMP)
 
+# the suite runs on TEST_WORKERS processes (pytest-xdist; 2 = this machine's and CI's cores); the
+# tests that start clusters as subprocesses share one of them (tests/conftest.py)
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	@$(PY) -m pytest
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 demo: $(STAMP)
 	@$(PY) -m sweeps.demo

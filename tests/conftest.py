@@ -198,3 +198,15 @@ def embedded_cluster():
 def embedded_client(embedded_cluster):
     with embedded_cluster.get_client() as cl:
         yield cl
+
+
+#: modules whose tests start real clusters as subprocesses (schedulers, workers, drivers that are
+#: killed and restarted): under ``pytest -n`` (make test) they run one after another on one
+#: worker, so two of them never compete for the cores and their timeouts keep their margins
+_CLUSTER_MODULES = {"test_sweeps_cluster_external", "test_sweeps_kill", "test_sweeps_cluster_guards"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rpartition(".")[2] in _CLUSTER_MODULES:
+            item.add_marker(pytest.mark.xdist_group("subprocess_clusters"))

@@ -66,7 +66,14 @@ def _set(d, path, value):
         cur[keys[-1]] = value
 
 
-_DELETE = object()
+class _Delete:
+    """Sentinel: remove the key (a stable repr keeps test ids equal across processes)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Delete()
 
 BAD = [
     # (path to change, new value, field in message, words in message)
