@@ -526,6 +526,46 @@ class _Chernoff:
         return float(np.nanmin(self.kl + self.s * a))
 
 
+#: an upper-only composition at a tilt starts its window at most this many tilted standard deviations
+#: below the tilted mean (where the answers are: the tilt centres them), the rest of its left tail
+#: folding into the window (docs/MATH.md 4.3)
+LEFT_CUT_SD = 2.0
+#: ... and its folded left tail weighs at most this fraction of the far tails' allowance CUT_REL * cut_scale
+LEFT_CUT_REL = 1e-3
+#: window starts tried by :func:`_left_cut`, and the bands its bound splits a folded tail into
+_LEFT_CUT_CANDIDATES = 32
+_LEFT_CUT_BANDS = 32
+
+
+def _left_cut(ch: _Chernoff, theta: float, h: float, w_lo: int, w_hi: int, log_m: float, c_max: int,
+              log_budget: float) -> int:
+    """The largest window start c in [w_lo, c_max] whose folded left tail weighs at most
+    e^log_budget once untilted where it lands (docs/MATH.md 4.3); w_lo if none is larger.
+
+    Only the tightness of an upper curve depends on it: folded mass is extra non-negative mass.
+    Tilted mass at index R < c lands at R + k N (k >= 1, the first in the window), untilted
+    there by e^{log_m - theta h (R + k N)}.  Mass at R in [c - (j+1) b, c - j b) (band j of b
+    points, j b < N) is at most the Chernoff bound P(Y <= (c - j b - 1) h) and lands at or right of
+    c + N - (j+1) b; mass below c - N is bounded as a whole, untilted at the window start.
+    """
+    if c_max <= w_lo or not math.isfinite(log_budget):
+        return w_lo
+    cand = np.unique(np.linspace(w_lo, c_max, _LEFT_CUT_CANDIDATES).astype(np.int64))
+    Ns = np.array([sfft.next_fast_len(max(int(w_hi - c), 2), real=True) for c in cand], dtype=float)
+    b = np.ceil(Ns / _LEFT_CUT_BANDS)
+    j = np.arange(_LEFT_CUT_BANDS, dtype=float)
+    c = cand.astype(float)
+    a = np.concatenate([(c[:, None] - j[None, :] * b[:, None] - 1.0), (c - Ns - 1.0)[:, None]], axis=1) * h
+    land = np.concatenate([c[:, None] + Ns[:, None] - (j[None, :] + 1.0) * b[:, None], c[:, None]], axis=1) * h
+    with np.errstate(invalid="ignore", over="ignore"):
+        tail = np.nanmin(ch.kl[None, None, :] + ch.s[None, None, :] * a[:, :, None], axis=2)
+        terms = np.minimum(tail, 0.0) + log_m - theta * land
+        terms = np.where(np.isnan(terms), np.inf, terms)  # (no bound: the candidate fails)
+        log_w = _logsumexp_rows(terms)
+    ok = log_w <= log_budget
+    return int(cand[ok].max()) if ok.any() else w_lo
+
+
 #: the untilting exponent log M^k - theta * eps must keep ~1e-10 absolute accuracy
 MAX_TILT_EXPONENT = 1e6
 
@@ -929,9 +969,14 @@ def compose(
     base = min(sum(sd.count * sd.start for sd in s) for s in (up, lo))
     top = max(sum(sd.count * (sd.start + sd.masses.size - 1) for sd in s) for s in (up, lo))
     w_lo = max(int(math.floor(left_e / h)) - 1, base)
+    w_hi = min(int(math.ceil(right_e / h)) + 2, top + 1)
+    if upper_only and theta > 0.0 and cut_scale is not None and cut_scale > 0.0:
+        # no lower curve: the window starts near the answers, its left tail folding in (4.3)
+        c_max = int(math.floor((mean_t - LEFT_CUT_SD * math.sqrt(max(var, 0.0))) / h))
+        w_lo = _left_cut(ch_up, theta, h, w_lo, w_hi, log_m, min(c_max, w_hi - 2),
+                         math.log(LEFT_CUT_REL * CUT_REL * cut_scale))
     if eps_from is not None:
         w_lo = max(min(w_lo, int(math.floor((eps_from - max(shift_up, shift_lo)) / h)) - 1), base)
-    w_hi = min(int(math.ceil(right_e / h)) + 2, top + 1)
     need = max(w_hi - w_lo, 2)
     if need > max_bins:
         raise GridTooLargeError(
