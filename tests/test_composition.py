@@ -493,10 +493,10 @@ def test_estimate_tilt_lands_within_15_percent_of_the_saddle_point_root(sigma, q
 
 
 def test_curve_at_a_few_points_without_the_table_matches_exact_sums():
-    """GridMeasure.delta_at_few (the round-off share's reader: one pass right of each eps, no
-    table) against the curve summed in exact rationals, on grid points, between them, beyond
-    both ends, with an offset lattice (within 1e-14: a sum of non-negative terms), and as delta()
-    (whose A - e^{-h} B cancels) to 1e-11."""
+    """GridMeasure.delta_at_few (the round-off share's reader, no table: a sum of non-negative
+    terms right of each eps on small grids, the block tail sums and one block on grids of 4,096
+    points or more) against the curve summed at 40 digits, on grid points, between them, beyond
+    both ends, with an offset lattice (within 1e-14), and as delta() to 1e-11."""
     rng = np.random.default_rng(5)
     for n, start, shift in ((7, -3, 0.0), (300, -40, 0.25e-3), (5000, -1000, 0.0)):
         h = 1e-3
@@ -514,3 +514,35 @@ def test_curve_at_a_few_points_without_the_table_matches_exact_sums():
                                        for mi, gi in zip(m, grid) if gi > e)
             assert abs(got - float(exact)) <= 1e-14 * float(exact) + 1e-300
             assert got == pytest.approx(float(g.delta(np.array([e]))[0]), rel=1e-11, abs=1e-300)
+
+
+def test_epsilon_at_a_few_deltas_without_the_table_inverts_the_exact_curve():
+    """GridMeasure.epsilon for at most 4 deltas on a grid of >= 4,096 points reads the curve at
+    the block starts and builds one block's table: its answers put the 40-digit curve at delta
+    (relative 1e-11), agree with the whole table's to 1e-12, and give +inf below the constant
+    and -inf above the total mass, as the table does."""
+    rng = np.random.default_rng(11)
+    for n, start, shift, h in ((6000, -2500, 0.0, 1e-3), (9000, 100, 0.4e-4, 1e-4)):
+        m = rng.exponential(1.0, n) * np.exp(-np.linspace(0, 30, n))
+        m[rng.random(n) < 0.1] = 0.0
+        m /= m.sum()
+        const = 1e-12
+        grid = (start + np.arange(n)) * h + shift
+        deltas = [0.5, 1e-2, 1e-5, 1e-9, 1e-11, 5e-13, 2.0]
+        table = GridMeasure(h=h, start=start, masses=m, const=const, shift=shift).epsilon(np.array(deltas))
+        for d, t in zip(deltas, table):
+            fresh = GridMeasure(h=h, start=start, masses=m, const=const, shift=shift)
+            got = float(fresh.epsilon(np.array([d]))[0])
+            assert "_table" not in fresh.__dict__  # answered without the whole table
+            if d < const:
+                assert got == np.inf and t == np.inf
+                continue
+            if d > const + 1.0:
+                assert got == -np.inf and t == -np.inf
+                continue
+            assert got == pytest.approx(float(t), rel=1e-12, abs=1e-12)
+            mp.mp.dps = 40
+            e = mp.mpf(got)
+            exact = mp.mpf(const) + mp.fsum(mp.mpf(float(mi)) * (1 - mp.e ** (e - mp.mpf(float(gi))))
+                                            for mi, gi in zip(m, grid) if gi > got and mi > 0)
+            assert abs(float(exact) - d) <= 1e-11 * d, (d, got, float(exact))

@@ -125,6 +125,52 @@ class GridMeasure:
         grid = (self.start + np.arange(n)) * self.h + self.shift
         return grid, A[:n], B[:n], D, A, B
 
+    @cached_property
+    def _blocks(self):
+        """(L, m, A, B): the masses (made non-negative) and their tail sums A_i, B_i at the block
+        starts i = b L (with a trailing 0; b = 0 .. nb), from one pass of block sums: a few
+        answers are read off these and one block (:meth:`_near`) instead of the whole table."""
+        m = np.maximum(self.masses, 0.0)
+        n = m.size
+        L = max(1, min(_FEW_BLOCK, int(30.0 / self.h), n))
+        nb = -(-n // L)
+        full = n // L
+        sums = np.zeros((nb, 2))
+        w2 = np.empty((L, 2))
+        w2[:, 0] = 1.0
+        w2[:, 1] = _block_weights(float(self.h), L)  # e^{-(j - s) h} inside a block
+        if full:
+            sums[:full] = m[: full * L].reshape(full, L) @ w2
+        if full < nb:
+            r = m[full * L :]
+            sums[full] = r @ w2[: r.size]
+        A = np.zeros(nb + 1)
+        A[:nb] = np.cumsum(sums[::-1, 0])[::-1]
+        # B at the block starts: C_b = U_b + e^{-L h} C_{b+1}, the same recursion one level up
+        B = np.zeros(nb + 1)
+        B[:nb] = _discounted_tail_sums(sums[:, 1], L * self.h)
+        return L, m, A, B
+
+    def _near(self, b: int):
+        """(lo, grid, A, B, D) on the indices lo = b L .. hi of block b, hi the next block's start
+        (included when it is on the grid): A, B from that block and the tail sums at hi."""
+        L, m, Ab, Bb = self._blocks
+        n = m.size
+        lo, hi = b * L, min(b * L + L, n)
+        mb = m[lo:hi]
+        w = _block_weights(float(self.h), L)[: hi - lo]
+        A = np.cumsum(mb[::-1])[::-1] + Ab[b + 1]
+        # B_i = sum_{i <= j < hi} m_j e^{-(j - i) h} + e^{-(hi - i) h} B_hi
+        B = (np.cumsum((mb * w)[::-1])[::-1] + Bb[b + 1] * math.exp(-(hi - lo) * self.h)) / w
+        if hi < n:
+            A, B = np.append(A, Ab[b + 1]), np.append(B, Bb[b + 1])
+        # the curve at a grid point: c + A_i - B_i (the mass at eps_i itself weighs 0)
+        D = np.maximum(self.const + A - B, 0.0)
+        if hi == n:
+            D[-1] = max(self.const, 0.0)  # (nothing lies right of the last point)
+        grid = (self.start + np.arange(lo, lo + A.size)) * self.h + self.shift
+        return lo, grid, A, B, D
+
     def delta(self, eps) -> np.ndarray:
         """curve(eps), vectorised over eps."""
         eps = np.asarray(eps, dtype=float)
@@ -138,16 +184,18 @@ class GridMeasure:
         return np.maximum(val, 0.0)
 
     def delta_at_few(self, eps) -> np.ndarray:
-        """curve(eps) for a few eps without building the answer table (one pass over the
-        masses right of each eps instead of the table's ~15 over all of them): the same curve as
-        :meth:`delta`, summed as non-negative terms m_i (1 - e^{eps - eps_i}) (no cancellation;
-        it may differ from :meth:`delta` in the last ~1e-13 relative).
+        """curve(eps) for a few eps without building the answer table: on grids of _FEW_FROM
+        points or more from the block tail sums (:meth:`_delta_few`, two passes), on smaller ones
+        summed as non-negative terms m_i (1 - e^{eps - eps_i}) (no cancellation).  The same curve
+        as :meth:`delta`, up to ~1e-13 relative.
         For diagnostics (the round-off share of a composition); uses the table if it is built."""
         eps = np.atleast_1d(np.asarray(eps, dtype=float))
         if "_table" in self.__dict__ or eps.size > 4:
             return self.delta(eps)
         m = self.masses
         n = m.size
+        if n >= _FEW_FROM and np.all(np.isfinite(eps)):
+            return self._delta_few(eps)
         out = np.empty(eps.shape)
         for j, e in enumerate(eps.ravel()):
             if not np.isfinite(e):  # +inf: the constant; -inf: every mass (1 - 0); NaN: delta's answer
@@ -182,6 +230,9 @@ class GridMeasure:
         -inf where it is below delta everywhere.
         """
         delta = np.asarray(delta, dtype=float)
+        if (delta.size <= _FEW and "_table" not in self.__dict__ and self.masses.size >= _FEW_FROM
+                and np.all(np.isfinite(delta)) and np.all(delta >= 0)):
+            return self._epsilon_few(delta)
         grid, A, B, D, _, _ = self._table
         n = grid.size
         # first index with D_i <= delta
@@ -199,6 +250,59 @@ class GridMeasure:
         out = np.where(ok, val, out)
         out = np.where(ok & (B[ii] <= 0), grid[ii], out)
         return out
+
+
+    def _delta_few(self, eps: np.ndarray) -> np.ndarray:
+        """:meth:`delta` at a few finite eps from the block tail sums and one block each (the
+        same segment formula c + A_i - e^{eps - eps_i} B_i as the table's)."""
+        L, m, _, _ = self._blocks
+        n = m.size
+        out = np.empty(eps.shape)
+        for k, e in enumerate(eps.ravel()):
+            i = self._first_above(float(e))
+            if i >= n:
+                out.flat[k] = self.const
+                continue
+            lo, grid, A, B, _ = self._near(i // L)
+            j = i - lo
+            with np.errstate(over="ignore", invalid="ignore"):
+                out.flat[k] = max(self.const + A[j] - math.exp(min(float(e) - grid[j], 0.0)) * B[j], 0.0)
+        return out
+
+    def _epsilon_few(self, delta: np.ndarray) -> np.ndarray:
+        """:meth:`epsilon` for a few finite deltas without the table: the curve at the block
+        starts (c + A_i - B_i, made non-increasing) finds the block that holds each answer's
+        segment, and that block's table alone gives it, by the same segment formula."""
+        L, m, Ab, Bb = self._blocks
+        nb = Ab.size - 1
+        Ds = np.minimum.accumulate(np.maximum(self.const + Ab[:nb] - Bb[:nb], 0.0))
+        out = np.empty(delta.shape)
+        for k, d in enumerate(delta.ravel()):
+            b = int(np.searchsorted(-Ds, -d, side="left"))  # first block start with curve <= d
+            lo, grid, A, B, D = self._near(max(b - 1, 0))
+            if b > 0:  # (the curve left of this block is above d)
+                D = np.minimum.accumulate(np.minimum(D, Ds[b - 1]))
+            i = int(np.searchsorted(-D, -d, side="left"))
+            if i >= D.size:
+                out.flat[k] = np.inf  # past the last grid point: the curve stays at c > d
+                continue
+            num = self.const + A[i] - d
+            if B[i] <= 0:
+                val = grid[i]
+            else:
+                val = grid[i] + math.log(num / B[i]) if num > 0 else -np.inf
+                val = min(val, grid[i])
+                if lo + i > 0:
+                    val = max(val, grid[i] - self.h)
+            out.flat[k] = val
+        return out
+
+
+#: answers for at most this many deltas are read without the table, on grids of at least _FEW_FROM points
+_FEW = 4
+_FEW_FROM = 4096
+#: block length of that read (at most 30 / h)
+_FEW_BLOCK = 512
 
 
 @dataclass(frozen=True)
