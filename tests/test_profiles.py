@@ -446,3 +446,40 @@ def test_subsampled_gaussian_grid_values_are_within_the_value_error_model(sigma,
             for k in range(4):
                 got = float(vals[k][i])
                 assert abs(mp.mpf(got) - exact[k]) <= float(value_error(got)), (rel, e, k, got)
+
+
+@pytest.mark.parametrize("relation", ["remove", "add"])
+@pytest.mark.parametrize("sigma,q", [(0.5, 1e-4), (1.0, 0.01), (2.5, 0.2), (4.0, 0.6)])
+@pytest.mark.parametrize("tail", [1e-32, 1e-12, 1e-5])
+def test_subsampled_gaussian_eps_bounds_from_the_noise_quantiles_are_tight(sigma, q, relation, tail):
+    """The loss range of a Poisson-subsampled Gaussian is found on the noise axis (closed-form
+    quantile brackets, then refinement): against 40-digit normal tails at the thresholds, the
+    unbounded end holds at most ``tail`` beyond it and at least 0.9 * tail (it is not loose);
+    the generic search on the loss axis finds the same end to 1e-6."""
+    import pldlib
+    from pldlib.profiles.base import PrivacyProfile
+
+    prof = [b for b in pldlib.Gaussian(sigma, q=q, sampling="poisson").branches() if b.label == relation][0].upper
+    lo, hi = prof._eps_bounds_search(tail)
+    glo, ghi = PrivacyProfile._eps_bounds_search(prof, tail)
+    mp.mp.dps = 40
+    s, q_ = mp.mpf(sigma), mp.mpf(q)
+
+    def x_of(loss):  # the noise value x with L_remove(x) = loss (g(x) = (2x - 1) / (2 s^2))
+        t = mp.log((mp.e ** mp.mpf(loss) - (1 - q_)) / q_)
+        return s**2 * t + mp.mpf(1) / 2
+
+    if relation == "remove":  # P = (1-q) N(0, s^2) + q N(1, s^2); {L > e} = {x > x(e)}
+        assert lo == -math.inf or lo >= -1e-12  # (bounded below by ln(1-q))
+        x = x_of(hi)
+        beyond = (1 - q_) * mp.ncdf(-x / s) + q_ * mp.ncdf(-(x - 1) / s)
+        g = ghi
+        end = hi
+    else:  # P = N(0, s^2), L = -L_remove: {L <= e} = {x >= x(-e)}
+        x = x_of(-lo)
+        beyond = mp.ncdf(-x / s)
+        g = glo
+        end = lo
+    assert beyond <= tail
+    assert beyond >= 0.9 * tail, (float(beyond), tail)
+    assert abs(end - g) <= 1e-6 * max(1.0, abs(g))

@@ -100,6 +100,14 @@ class GaussianNoise(ShiftFamily):
     def log_cdf(self, x):
         return special.log_ndtr(_as_array(x) / self.s)
 
+    def isf(self, p):
+        """x with sf(x) = p (0 < p < 1)."""
+        return -self.s * special.ndtri(_as_array(p))
+
+    def icdf(self, p):
+        """x with cdf(x) = p (0 < p < 1)."""
+        return self.s * special.ndtri(_as_array(p))
+
     def g(self, x):
         with np.errstate(over="ignore", invalid="ignore"):
             return (2 * _as_array(x) * self.D - self.D**2) / (2 * self.s**2)
@@ -339,8 +347,68 @@ class MixtureProfile(PrivacyProfile):
     def _eps_bounds_search(self, tail: float, want_lo: bool = True, want_hi: bool = True):
         # only the unbounded ends need a search (the base class caches the result per tail)
         lo_l, hi_l = self.support_edges()
-        return super()._eps_bounds_search(tail, want_lo=want_lo and bool(np.isinf(lo_l)),
-                                          want_hi=want_hi and bool(np.isinf(hi_l)))
+        want_lo, want_hi = want_lo and bool(np.isinf(lo_l)), want_hi and bool(np.isinf(hi_l))
+        lo, hi = -math.inf, math.inf
+        if getattr(self.noise, "isf", None) is not None and self.p_inf == 0.0 and 0.0 < tail < 1e-3:
+            pw, ps, *_ = self._sides()
+            # {L' > eps} is {x > x_eps} (a sf of x - c) unless reversed ({x < x_{-eps}}: a cdf)
+            # (like the generic search, the ends are never on the far side of 0: a law whose mass
+            # all lies right of 0 gets lo = 0, which still has P(L <= lo) <= tail)
+            if want_hi:
+                x = self._x_end(pw, ps, tail, right=not self.reverse)
+                hi = max(self._checked(x, tail, hi_end=True), 0.0)
+            if want_lo:
+                x = self._x_end(pw, ps, tail, right=self.reverse)
+                lo = min(self._checked(x, tail, hi_end=False), 0.0)
+        if (want_hi and math.isnan(hi)) or (want_lo and math.isnan(lo)):
+            lo2, hi2 = super()._eps_bounds_search(tail, want_lo=want_lo and math.isnan(lo),
+                                                  want_hi=want_hi and math.isnan(hi))
+            lo, hi = (lo2 if math.isnan(lo) else lo), (hi2 if math.isnan(hi) else hi)
+        return lo, hi
+
+    def _x_end(self, weights, shifts, tail: float, right: bool) -> float:
+        """For a noise with ``isf``/``icdf``: the output x beyond which the mixture sum_i w_i B_{c_i}
+        has mass <= tail (``right``: the smallest x with sum_i w_i sf(x - c_i) <= tail; else the
+        largest x with sum_i w_i cdf(x - c_i) <= tail), to ~4e-7 of the noise scale, on the safe
+        side.  Bracketed in closed form (each term at tail / k, k terms: the sum is <= tail; one
+        term at tail: it is >= tail), then three 64-point refinements.  NaN if it cannot bracket."""
+        n = self.noise
+        w = [(float(a), float(c)) for a, c in zip(weights, shifts) if a > 0]
+        k = len(w)
+        if any(tail / a >= 0.5 for a, _ in w):
+            return math.nan
+        sign = 1.0 if right else -1.0
+        inv = n.isf if right else n.icdf
+        fn = n.sf if right else n.cdf
+        # safe (sum <= tail) and unsafe (sum >= tail) ends, as sign * x
+        safe = max(sign * (c + float(inv(tail / (k * a)))) for a, c in w)
+        unsafe = max(sign * (c + float(inv(tail / a))) for a, c in w)
+        if not (math.isfinite(safe) and math.isfinite(unsafe)) or unsafe > safe:
+            return math.nan
+        for _ in range(3):
+            pts = unsafe + (safe - unsafe) * np.arange(1, 65) / 64.0
+            with np.errstate(under="ignore"):
+                mass = sum(a * fn(sign * pts - c) for a, c in w)
+            ok = mass <= tail
+            j = int(np.argmax(ok)) if ok.any() else 63
+            safe, unsafe = float(pts[j]), float(pts[j - 1]) if j > 0 else unsafe
+        return sign * safe
+
+    def _checked(self, x: float, tail: float, hi_end: bool) -> float:
+        """The loss end at output x (L' = L or -L), checked against the tail condition with the
+        profile's own functions (nudged outward a little if rounding needs it); NaN if it fails."""
+        if not math.isfinite(x):
+            return math.nan
+        e = float(self._loss(np.array([x]))[0])
+        e = -e if self.reverse else e
+        if not math.isfinite(e):
+            return math.nan
+        for _ in range(4):
+            val = float(self.sf_p(e) - self.p_inf) if hi_end else float(self.cdf_p(e))
+            if val <= tail:
+                return e
+            e += (1.0 if hi_end else -1.0) * 1e-9 * max(1.0, abs(e))
+        return math.nan
 
 
 def poisson_remove(noise, q: float) -> MixtureProfile:
