@@ -32,13 +32,15 @@ CASES = [  # (theta, h, N, E)
 ]
 
 
+@pytest.mark.parametrize("lattice", [False, True])
 @pytest.mark.parametrize("theta,h,N,E", CASES)
-def test_block_allowance_dominates_worst_case_error(theta, h, N, E):
+def test_block_allowance_dominates_worst_case_error(theta, h, N, E, lattice):
     rng = np.random.default_rng(int(theta * 1000 + N))
     start = -N // 3
     eps_grid = (start + np.arange(N)) * h
     log_total = 2.0 + theta * float(eps_grid[N // 2])  # untilted masses of order e^2 at the centre
-    u = untilt_factor(log_total, theta, eps_grid, 1, "up")
+    u = (untilt_factor(log_total, theta, None, 1, "up", start=start, h=h, n=N) if lattice
+         else untilt_factor(log_total, theta, eps_grid, 1, "up"))
     # an exact tilted output: a bump plus a floor of E (so y - e can stay >= 0)
     y = np.exp(-0.5 * ((np.arange(N) - N / 2) / (N / 10)) ** 2) / N + E * rng.uniform(0, 1, N)
     # true untilted masses are probabilities: keep them <= 1/2 (where u overflows, y is 0)
@@ -93,3 +95,26 @@ def test_untilt_factor_rounds_outward():
     for e, a, b in zip(eps_grid, up, lo):
         t = mp.e ** (mp.mpf(1.5) - 40 * mp.mpf(float(e)))
         assert b <= t <= a
+
+
+@pytest.mark.parametrize("log_total,theta,start,h,n", [
+    (1.5, 40.0, -30000, 1e-4, 80000), (-30.0, 3.0, 1000, 1e-3, 5000), (20.0, 0.01, -10**6, 1e-5, 4096),
+    (0.0, 150.0, 0, 1e-3, 30000),
+])
+def test_untilt_factor_on_a_lattice_rounds_outward(log_total, theta, start, h, n):
+    """The product form e^{log_total - theta eps_b} e^{-theta h i} (blocks of 256) against 40-digit
+    exponentials at 300 random points, the block edges among them: "up" is never below, "lo"
+    never above."""
+    import mpmath as mp
+
+    up = untilt_factor(log_total, theta, None, 1, "up", start=start, h=h, n=n)
+    lo = untilt_factor(log_total, theta, None, 1, "lo", start=start, h=h, n=n)
+    assert up.size == lo.size == n
+    rng = np.random.default_rng(n)
+    idx = np.concatenate([rng.integers(0, n, 300), [0, 255, 256, 257, n - 1]])
+    mp.mp.dps = 40
+    for j in idx:
+        t = mp.e ** (mp.mpf(log_total) - mp.mpf(theta) * (mp.mpf(start + int(j)) * mp.mpf(h)))
+        if t > mp.mpf("1e300") or t < mp.mpf("1e-300"):
+            continue
+        assert lo[j] <= t <= up[j], (j, float(t), lo[j], up[j])

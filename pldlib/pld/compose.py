@@ -550,19 +550,24 @@ def _left_cut(ch: _Chernoff, theta: float, h: float, w_lo: int, w_hi: int, log_m
     """
     if c_max <= w_lo or not math.isfinite(log_budget):
         return w_lo
+
+    def fits(cand):
+        Ns = np.array([sfft.next_fast_len(max(int(w_hi - c), 2), real=True) for c in cand], dtype=float)
+        b = np.ceil(Ns / _LEFT_CUT_BANDS)
+        j = np.arange(_LEFT_CUT_BANDS, dtype=float)
+        c = cand.astype(float)
+        a = np.concatenate([(c[:, None] - j[None, :] * b[:, None] - 1.0), (c - Ns - 1.0)[:, None]], axis=1) * h
+        land = np.concatenate([c[:, None] + Ns[:, None] - (j[None, :] + 1.0) * b[:, None], c[:, None]], axis=1) * h
+        with np.errstate(invalid="ignore", over="ignore"):
+            tail = np.nanmin(ch.kl[None, None, :] + ch.s[None, None, :] * a[:, :, None], axis=2)
+            terms = np.minimum(tail, 0.0) + log_m - theta * land
+            terms = np.where(np.isnan(terms), np.inf, terms)  # (no bound: the candidate fails)
+            return _logsumexp_rows(terms) <= log_budget
+
+    if fits(np.array([c_max]))[0]:  # (usually so at the tilts of small deltas)
+        return int(c_max)
     cand = np.unique(np.linspace(w_lo, c_max, _LEFT_CUT_CANDIDATES).astype(np.int64))
-    Ns = np.array([sfft.next_fast_len(max(int(w_hi - c), 2), real=True) for c in cand], dtype=float)
-    b = np.ceil(Ns / _LEFT_CUT_BANDS)
-    j = np.arange(_LEFT_CUT_BANDS, dtype=float)
-    c = cand.astype(float)
-    a = np.concatenate([(c[:, None] - j[None, :] * b[:, None] - 1.0), (c - Ns - 1.0)[:, None]], axis=1) * h
-    land = np.concatenate([c[:, None] + Ns[:, None] - (j[None, :] + 1.0) * b[:, None], c[:, None]], axis=1) * h
-    with np.errstate(invalid="ignore", over="ignore"):
-        tail = np.nanmin(ch.kl[None, None, :] + ch.s[None, None, :] * a[:, :, None], axis=2)
-        terms = np.minimum(tail, 0.0) + log_m - theta * land
-        terms = np.where(np.isnan(terms), np.inf, terms)  # (no bound: the candidate fails)
-        log_w = _logsumexp_rows(terms)
-    ok = log_w <= log_budget
+    ok = fits(cand)
     return int(cand[ok].max()) if ok.any() else w_lo
 
 
@@ -745,15 +750,38 @@ def _roundoff_block(theta: float, h: float, N: int) -> int:
     return 1 << int(math.floor(math.log2(cap))) if cap >= 1 else 1
 
 
-def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray, n_pld: int, side: str) -> np.ndarray:
+#: block length of the untilting factor's product form (see :func:`untilt_factor`)
+_UNTILT_BLOCK = 256
+
+
+def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_pld: int, side: str, *,
+                  start: int | None = None, h: float | None = None, n: int | None = None) -> np.ndarray:
     """e^{log_total - theta eps_j}, rounded outward: ``side`` "up" multiplies by 1 + r, "lo" by
     1 - r, with r >= 16 u (n_pld + 2)(|log_total| + theta max|eps| + 1) covering the round-off of
-    the exponent (log_total is a sum of n_pld products) and of exp (docs/MATH.md 4.4)."""
-    span = float(np.max(np.abs(eps_win[[0, -1]]))) if eps_win.size else 0.0
+    the exponent (log_total is a sum of n_pld products) and of exp (docs/MATH.md 4.4).
+
+    On the lattice eps_j = (start + j) h (``start``, ``h``, ``n`` given instead of ``eps_win``) it
+    is the product e^{log_total - theta eps_b} e^{-theta h i} over blocks b of 256 points (one exp
+    per block and per offset i, then one multiplication per point): the two exps and the product
+    add at most 6.5 u to the relative error, inside r."""
+    if eps_win is None:
+        span = max(abs(start), abs(start + n - 1)) * h
+    else:
+        span = float(np.max(np.abs(eps_win[[0, -1]]))) if eps_win.size else 0.0
     r = 16.0 * _U * (n_pld + 2) * (abs(log_total) + theta * span + 1.0)
+    scale = (1.0 + r) if side == "up" else max(1.0 - r, 0.0)
+    if eps_win is None:
+        B = _UNTILT_BLOCK
+        nb = -(-n // B)
+        a = log_total - theta * ((start + np.arange(nb) * B) * h)  # each block's largest exponent
+        if n >= 4 * B and theta * h * B <= 50.0 and float(np.max(a)) <= 700.0:
+            with np.errstate(under="ignore"):
+                u = np.multiply.outer(np.exp(a) * scale, np.exp(-theta * h * np.arange(B))).reshape(-1)
+            return u[:n]
+        eps_win = (start + np.arange(n)) * h
     with np.errstate(over="ignore", under="ignore"):
         u = np.exp(log_total - theta * eps_win)
-    return u * (1.0 + r) if side == "up" else u * max(1.0 - r, 0.0)
+    return u * scale
 
 
 def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: float, cap: float = 1.0):
@@ -775,14 +803,30 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
         main = np.maximum(y, 0.0)
         main *= untilt
         np.fmin(main, cap, out=main)
-        ent = np.fmin(E * untilt, cap)
     B = _roundoff_block(theta, h, N)
     if B < _RO_BLOCK_MIN or E <= 0.0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            ent = np.fmin(E * untilt, cap)
         return np.minimum(main + ent, cap), ent
     nb = -(-N // B)
     pad = nb * B - N
     u = np.concatenate([untilt, np.zeros(pad)]).reshape(nb, B) if pad else untilt.reshape(nb, B)
     s = np.max(u, axis=1)
+    last = np.minimum(np.arange(nb) * B + B - 1, N - 1)
+    if np.all(s < 1e150) and np.all(s > 1e-150) and float(np.max(s)) * E <= cap:
+        # the usual case: no block norm can overflow or underflow, no entry of E u reaches cap
+        # (the entrywise allowance is E u itself): the same decisions without scaling copies
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = E * np.sqrt(np.einsum("ij,ij->i", u, u)) * (1.0 + 4.0 * _U * (B + 2))
+            use = np.isfinite(r) & (r <= 0.5 * E * u.sum(axis=1))
+        if use.all():
+            r = np.minimum(r, B * cap)
+            ro = np.zeros(N)
+            ro[last] = r
+            main[last] += r
+            return main, ro
+    with np.errstate(over="ignore", invalid="ignore"):
+        ent = np.fmin(E * untilt, cap)
     ok = np.isfinite(s) & (s > 0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         s_safe = np.where(ok, s, 1.0)
@@ -798,7 +842,6 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     if not per.all():
         off = ~per
         masses[off] = np.minimum(main[off] + ent[off], cap)
-    last = np.minimum(np.arange(nb) * B + B - 1, N - 1)
     ro[last[use]] += r[use]
     masses[last[use]] += r[use]
     return masses, ro
@@ -992,8 +1035,7 @@ def compose(
     N = sfft.next_fast_len(need, real=True)
     # upper side
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)
-    eps_win = (w_lo + np.arange(N)) * h
-    untilt = untilt_factor(log_total, theta, eps_win, len(up), "up")
+    untilt = untilt_factor(log_total, theta, None, len(up), "up", start=w_lo, h=h, n=N)
     p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf + c, 1.0 - 1e-300))
                                for p, k, c in zip(plds_upper, counts, cut_pinf)))
     p_inf_up = min(p_inf_up * (1.0 + 8.0 * _U * (1 + len(counts))), 1.0)  # round up
@@ -1012,7 +1054,7 @@ def compose(
         return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N), float(E_up))
     # lower side
     y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo)
-    untilt = untilt_factor(log_total, theta, eps_win, len(lo), "lo")
+    untilt = untilt_factor(log_total, theta, None, len(lo), "lo", start=w_lo, h=h, n=N)
     F = [float(sd.masses.sum()) for sd in lo]
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
     log_f = sum(k * math.log(max(f, 1e-300)) for f, k in zip(F, counts))
