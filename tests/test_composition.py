@@ -354,14 +354,16 @@ def test_tilted_composition_cuts_a_far_tail_soundly(delta):
     assert comp.upper.delta(e_star) <= tu * (1 + 1e-4)
 
 
-def test_upper_only_window_starts_near_the_answer_and_its_folded_tail_only_raises_the_curve():
+def test_upper_only_window_starts_near_the_answer_and_its_folded_tail_only_raises_the_curve(monkeypatch):
     """An upper-only composition at a tilt starts its window LEFT_CUT_SD tilted standard
     deviations below the tilted mean (docs/MATH.md 4.3): a real share of the tilted law left of it
     folds into the window.  Against the float convolution of the same masses (relative error <=
     k n u): the upper curve stays above the truth everywhere it is valid, and at the answer it
     costs at most a relative 1e-6 of delta over the two-sided composition's window."""
+    import pldlib.pld.compose as C
     from pldlib.pld.compose import estimate_tilt
 
+    monkeypatch.setattr(C, "LEFT_CUT_FROM", 0)  # (a window this small is cut only when told to)
     br = [b for b in pldlib.Gaussian(1.0, q=0.1, sampling="poisson").branches() if b.label == "remove"][0]
     h, k, delta = 0.02, 32, 1e-6
     up = as_exact(connect_the_dots(br.upper, grid_for(br.upper, h, 1e-20)))

@@ -530,6 +530,8 @@ class _Chernoff:
 #: below the tilted mean (where the answers are: the tilt centres them), the rest of its left tail
 #: folding into the window (docs/MATH.md 4.3)
 LEFT_CUT_SD = 2.0
+#: ... on windows of at least this many points (below, the search costs more than it saves)
+LEFT_CUT_FROM = 2**14
 #: ... and its folded left tail weighs at most this fraction of the far tails' allowance CUT_REL * cut_scale
 LEFT_CUT_REL = 1e-3
 #: window starts tried by :func:`_left_cut`, and the bands its bound splits a folded tail into
@@ -1013,7 +1015,7 @@ def compose(
     top = max(sum(sd.count * (sd.start + sd.masses.size - 1) for sd in s) for s in (up, lo))
     w_lo = max(int(math.floor(left_e / h)) - 1, base)
     w_hi = min(int(math.ceil(right_e / h)) + 2, top + 1)
-    if upper_only and theta > 0.0 and cut_scale is not None and cut_scale > 0.0:
+    if upper_only and theta > 0.0 and cut_scale is not None and cut_scale > 0.0 and w_hi - w_lo >= LEFT_CUT_FROM:
         # no lower curve: the window starts near the answers, its left tail folding in (4.3)
         c_max = int(math.floor((mean_t - LEFT_CUT_SD * math.sqrt(max(var, 0.0))) / h))
         w_lo = _left_cut(ch_up, theta, h, w_lo, w_hi, log_m, min(c_max, w_hi - 2),
