@@ -22,6 +22,21 @@ REPEAT = 5
 HEADLINE = dict(sigma=1.0, q=0.01, steps=10_000, delta=1e-5)
 
 
+def paired_times(fn_a, fn_b, repeat: int = REPEAT):
+    """(median seconds of a, median of b, last results) with the calls alternating a, b, a, b, ...
+    (this machine's speed drifts by tens of percent within seconds: a ratio of two medians
+    taken apart measures the drift as much as the code)."""
+    ta, tb, ra, rb = [], [], None, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ra = fn_a()
+        ta.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rb = fn_b()
+        tb.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb), ra, rb
+
+
 def median_time(fn, repeat: int = REPEAT):
     """(median seconds, last result) over ``repeat`` calls."""
     times, out = [], None
@@ -229,9 +244,8 @@ def bench_shapes(ctx) -> str:
                      q=float(np.exp(rng.uniform(math.log(1e-4), math.log(0.2)))),
                      steps=int(np.exp(rng.uniform(math.log(100), math.log(1e5)))),
                      delta=float(np.exp(rng.uniform(math.log(1e-8), math.log(1e-4)))))
-        rep = 3
         try:
-            tp, ep = median_time(lambda: dp_eps(**shape, interval=1e-4), repeat=rep)
+            ep = dp_eps(**shape, interval=1e-4)
         except Exception as e:  # the peer fails: nothing to match
             rows.append([f"{shape['sigma']:.3g}", f"{shape['q']:.2g}", f"{shape['steps']}", f"{shape['delta']:.1e}",
                          f"peer failed: {type(e).__name__}", "-", "-", "-", "-", "-"])
@@ -243,7 +257,9 @@ def bench_shapes(ctx) -> str:
             rows.append([f"{shape['sigma']:.3g}", f"{shape['q']:.2g}", f"{shape['steps']}", f"{shape['delta']:.1e}",
                          f"{ep:.6f}", f"{tp:.3f}", f"ours failed: {type(e).__name__}", "-", "-", "-"])
             continue
-        to, (iv, _) = median_time(lambda: ours(**shape, interval=h, upper_only=True), repeat=rep)
+        ours(**shape, interval=h, upper_only=True)  # (warm: both sides are timed warm)
+        tp, to, _, (iv, _) = paired_times(lambda: dp_eps(**shape, interval=1e-4),
+                                          lambda: ours(**shape, interval=h, upper_only=True))
         ratios.append(tp / to)
         spacings.append(h)
         rows.append([f"{shape['sigma']:.3g}", f"{shape['q']:.2g}", f"{shape['steps']}", f"{shape['delta']:.1e}",
@@ -258,7 +274,7 @@ def bench_shapes(ctx) -> str:
                  "pessimistic PLD on a grid), so the speed-up is the ratio of the two implementations at one h.")
     return ("Seeded random shapes (sigma 0.5-4, q 1e-4-0.2, steps 100-1e5, delta 1e-8-1e-4; Poisson, "
             "add_remove). Ours: upper-only at the coarsest spacing whose certified upper is <= dp_accounting's "
-            "at interval 1e-4 (to 2%). Medians of 3 runs each.\n\n"
+            "at interval 1e-4 (to 2%). Medians of 5 runs each, the two accountants' calls alternating.\n\n"
             + md_table(["sigma", "q", "steps", "delta", "dp eps (1e-4)", "dp s", "ours upper", "ours h", "ours s",
                         "speed-up"], rows)
             + "\n\n" + summ)
