@@ -357,9 +357,10 @@ def test_tilted_composition_cuts_a_far_tail_soundly(delta):
 def test_upper_only_window_starts_near_the_answer_and_its_folded_tail_only_raises_the_curve(monkeypatch):
     """An upper-only composition at a tilt starts its window LEFT_CUT_SD tilted standard
     deviations below the tilted mean (docs/MATH.md 4.3): a real share of the tilted law left of it
-    folds into the window.  Against the float convolution of the same masses (relative error <=
-    k n u): the upper curve stays above the truth everywhere it is valid, and at the answer it
-    costs at most a relative 1e-6 of delta over the two-sided composition's window."""
+    folds into the window; and it ends early, its right tail folding onto the window's start.
+    Against the float convolution of the same masses (relative error <= k n u): the upper curve
+    stays above the truth everywhere it is valid, and at the answer it costs at most a relative
+    1e-6 of delta over the two-sided composition's window."""
     import pldlib.pld.compose as C
     from pldlib.pld.compose import estimate_tilt
 
@@ -372,7 +373,11 @@ def test_upper_only_window_starts_near_the_answer_and_its_folded_tail_only_raise
     assert theta > 0.5
     cut = compose([up], None, [k], theta=theta, cut_scale=delta)
     full = compose([up], [lo], [k], theta=theta, cut_scale=delta)
+    with monkeypatch.context() as m:
+        m.setattr(C, "RIGHT_FOLD_SD", 1e9)  # (no room: the window ends at the Chernoff edge)
+        no_fold = compose([up], None, [k], theta=theta, cut_scale=delta)
     assert cut.upper.start >= full.upper.start + 100 and cut.n_bins < full.n_bins  # it starts 2 units later
+    assert no_fold.upper.start == cut.upper.start and cut.n_bins < no_fold.n_bins  # and ends earlier
     ref = float_kfold(up.masses, k)
     g = (k * up.start + np.arange(ref.size)) * h
     pinf = 1 - (1 - up.p_inf) ** k

@@ -530,6 +530,8 @@ class _Chernoff:
 #: below the tilted mean (where the answers are: the tilt centres them), the rest of its left tail
 #: folding into the window (docs/MATH.md 4.3)
 LEFT_CUT_SD = 2.0
+#: ... and ends early by the room between its start and this many tilted sd below the tilted mean
+RIGHT_FOLD_SD = 1.0
 #: ... on windows of at least this many points (below, the search costs more than it saves)
 LEFT_CUT_FROM = 2**14
 #: ... and its folded left tail weighs at most this fraction of the far tails' allowance CUT_REL * cut_scale
@@ -1018,8 +1020,16 @@ def compose(
     if upper_only and theta > 0.0 and cut_scale is not None and cut_scale > 0.0 and w_hi - w_lo >= LEFT_CUT_FROM:
         # no lower curve: the window starts near the answers, its left tail folding in (4.3)
         c_max = int(math.floor((mean_t - LEFT_CUT_SD * math.sqrt(max(var, 0.0))) / h))
-        w_lo = _left_cut(ch_up, theta, h, w_lo, w_hi, log_m, min(c_max, w_hi - 2),
-                         math.log(LEFT_CUT_REL * CUT_REL * cut_scale))
+        log_budget = math.log(LEFT_CUT_REL * CUT_REL * cut_scale)
+        w_lo = _left_cut(ch_up, theta, h, w_lo, w_hi, log_m, min(c_max, w_hi - 2), log_budget)
+        # the right tail folds onto the window's start: what lands left of the answers' region
+        # (RIGHT_FOLD_SD below the tilted mean) costs nothing there, so the window ends that much
+        # earlier, provided the tail beyond its new end, moved to +inf, stays within the budget
+        room = int(math.floor((mean_t - RIGHT_FOLD_SD * math.sqrt(max(var, 0.0))) / h)) - w_lo
+        if room > 0:
+            new_hi = max(w_hi - room, w_lo + 2)
+            if ch_up.log_right_tail(new_hi * h) + log_m - theta * new_hi * h <= log_budget:
+                w_hi = new_hi
     if eps_from is not None:
         w_lo = max(min(w_lo, int(math.floor((eps_from - max(shift_up, shift_lo)) / h)) - 1), base)
     need = max(w_hi - w_lo, 2)
