@@ -526,16 +526,18 @@ class _Chernoff:
         return float(np.nanmin(self.kl + self.s * a))
 
 
-#: an upper-only composition at a tilt starts its window at most this many tilted standard deviations
-#: below the tilted mean (where the answers are: the tilt centres them), the rest of its left tail
-#: folding into the window (docs/MATH.md 4.3)
+#: an upper-only composition at a tilt (docs/MATH.md 4.3) starts its window at most this many tilted
+#: standard deviations below the tilted mean (where the answers are: the tilt centres them), the rest
+#: of its left tail folding into the window ...
 LEFT_CUT_SD = 2.0
-#: ... and ends early by the room between its start and this many tilted sd below the tilted mean
-RIGHT_FOLD_SD = 1.0
-#: ... on windows of at least this many points (below, the search costs more than it saves)
-LEFT_CUT_FROM = 2**14
-#: ... and its folded left tail weighs at most this fraction of the far tails' allowance CUT_REL * cut_scale
+#: ... as far right as that folded tail, untilted where it lands, weighs at most this fraction of the
+#: far tails' allowance CUT_REL * cut_scale (the same budget bounds the right tail moved to +inf below)
 LEFT_CUT_REL = 1e-3
+#: ... and it ends early by the room between its start and this many tilted sd below the tilted mean,
+#: its right tail folding onto the start
+RIGHT_FOLD_SD = 1.0
+#: both folds apply to windows of at least this many points (below, the search costs more than it saves)
+LEFT_CUT_FROM = 2**14
 #: window starts tried by :func:`_left_cut`, and the bands its bound splits a folded tail into
 _LEFT_CUT_CANDIDATES = 32
 _LEFT_CUT_BANDS = 32
@@ -766,8 +768,8 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
 
     On the lattice eps_j = (start + j) h (``start``, ``h``, ``n`` given instead of ``eps_win``) it
     is the product e^{log_total - theta eps_b} e^{-theta h i} over blocks b of 256 points (one exp
-    per block and per offset i, then one multiplication per point): the two exps and the product
-    add at most 6.5 u to the relative error, inside r."""
+    per block and per offset i, then one multiplication per point) where no factor overflows or is
+    subnormal: the two exps and the product add at most 6.5 u to the relative error, inside r."""
     if eps_win is None:
         span = max(abs(start), abs(start + n - 1)) * h
     else:
@@ -778,7 +780,8 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
         B = _UNTILT_BLOCK
         nb = -(-n // B)
         a = log_total - theta * ((start + np.arange(nb) * B) * h)  # each block's largest exponent
-        if n >= 4 * B and theta * h * B <= 50.0 and float(np.max(a)) <= 700.0:
+        # (only where no factor overflows or is subnormal: then the product rounds as stated)
+        if n >= 4 * B and theta * h * B <= 50.0 and float(np.max(a)) <= 700.0 and float(np.min(a)) >= -650.0:
             with np.errstate(under="ignore"):
                 u = np.multiply.outer(np.exp(a) * scale, np.exp(-theta * h * np.arange(B))).reshape(-1)
             return u[:n]

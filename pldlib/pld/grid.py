@@ -251,7 +251,6 @@ class GridMeasure:
         out = np.where(ok & (B[ii] <= 0), grid[ii], out)
         return out
 
-
     def _delta_few(self, eps: np.ndarray) -> np.ndarray:
         """:meth:`delta` at a few finite eps from the block tail sums and one block each (the
         same segment formula c + A_i - e^{eps - eps_i} B_i as the table's)."""

@@ -355,11 +355,11 @@ class MixtureProfile(PrivacyProfile):
             # (like the generic search, the ends are never on the far side of 0: a law whose mass
             # all lies right of 0 gets lo = 0, which still has P(L <= lo) <= tail)
             if want_hi:
-                x = self._x_end(pw, ps, tail, right=not self.reverse)
-                hi = max(self._checked(x, tail, hi_end=True), 0.0)
+                hi = self._checked(self._x_end(pw, ps, tail, right=not self.reverse), tail, hi_end=True)
+                hi = hi if math.isnan(hi) else max(hi, 0.0)
             if want_lo:
-                x = self._x_end(pw, ps, tail, right=self.reverse)
-                lo = min(self._checked(x, tail, hi_end=False), 0.0)
+                lo = self._checked(self._x_end(pw, ps, tail, right=self.reverse), tail, hi_end=False)
+                lo = lo if math.isnan(lo) else min(lo, 0.0)
         if (want_hi and math.isnan(hi)) or (want_lo and math.isnan(lo)):
             lo2, hi2 = super()._eps_bounds_search(tail, want_lo=want_lo and math.isnan(lo),
                                                   want_hi=want_hi and math.isnan(hi))
