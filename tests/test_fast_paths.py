@@ -100,6 +100,36 @@ def test_windowed_log_mgf_is_an_upper_bound_within_round_off(side):
         assert v1 == pytest.approx(var, rel=1e-9, abs=1e-15)
 
 
+def _mid_side():
+    """A side of ~3,000 points (summed in full, in the product form) with a heavy right end."""
+    h = 1e-4
+    e = np.arange(-500, 2600) * h
+    m = np.exp(-0.5 * (e / 0.002) ** 2) + 1e-9 * np.exp(-e / 0.05)
+    return C._Side(h, -500, m / m.sum(), 1)
+
+
+@pytest.mark.parametrize("side", list(_sides()) + [_mid_side()], ids=["long-tail", "random", "tiny", "mid"])
+def test_log_mgf_upper_is_never_below_an_extended_precision_sum(side):
+    """The Chernoff slopes' ln M (product form, or log-sum-exp rounded up) against the same sum in
+    80-bit extended precision: never below it, and within 1e-9 of it."""
+    theta = np.concatenate([-np.geomspace(1e-3, 3e5, 30), [0.0], np.geomspace(1e-3, 3e5, 30), [7.3, -41.0]])
+    got = side.log_mgf_upper(theta)
+    m = side.masses.astype(np.longdouble)
+    e = side.eps.astype(np.longdouble)
+    keep = m > 0
+    ref = []
+    for t in theta.astype(np.longdouble):
+        z = np.log(m[keep]) + t * e[keep]
+        c = z.max()
+        ref.append(float(c + np.log(np.sum(np.exp(z - c)))))
+    ref = np.array(ref)
+    assert np.all(got >= ref), np.max(ref - got)
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+    # (the product form is what runs on the mid-sized side)
+    assert side.masses.size < C._PRODUCT_FROM or side.masses.size > C._WINDOW_MIN or \
+        np.sum(np.abs(theta) * side.h * C._PRODUCT_MIN <= 50.0) > 10
+
+
 @pytest.mark.parametrize("mech", ["gauss-poisson", "gauss-sub", "gauss-add"])
 @pytest.mark.parametrize("tail", [1e-12, 1e-38])
 def test_generic_eps_bounds_hold_and_are_tight(mech, tail):

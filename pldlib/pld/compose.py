@@ -96,6 +96,12 @@ _BLOCK = 64
 _NEGLIGIBLE_LOG = 50.0
 #: sides with at most this many points are summed in full (finding windows costs more)
 _WINDOW_MIN = 64 * _BLOCK
+#: the product form of :meth:`_Side.log_mgf_upper`: blocks of at most this many points ...
+_PRODUCT_BLOCK = 256
+#: ... and at least this many (smaller: the log-sum-exp path) ...
+_PRODUCT_MIN = 8
+#: ... on sides of at least this many points (on fewer, the log-sum-exp path is as fast)
+_PRODUCT_FROM = 1024
 
 
 class _Side:
@@ -282,6 +288,102 @@ class _Side:
             self._lmgf[float(theta[0])] = float(out[0])
         return out
 
+    def log_mgf_upper(self, theta) -> np.ndarray:
+        """ln M(theta_j) rounded up, for many theta at once (Chernoff slopes; docs/MATH.md 4.3).
+
+        Over each theta's window (:meth:`_row_windows`), the terms m_i e^{t eps_i - c} are the
+        products f_b g_k of a per-block factor f_b = e^{t eps_{i0 + bB} - c} and a per-offset one
+        g_k = e^{t h k} (k < B, B a power of 2 <= 256 with |t| h B <= 50, so g never overflows):
+        one exp per block and per offset, and a matrix-vector product, instead of one exp per
+        term.  c bounds every term's exponent from above (the 64-point blocks' log-masses at their
+        far ends), so no product overflows.  Where the sum S is at least 1e-200 the result is c +
+        ln S rounded up by :func:`_lmgf_slack` plus 12 u (the product form; docs/MATH.md 4.3) and 1e-99 (factors
+        below the smallest normal number carry absolute error <= 2^-1074 e^50 per unit mass);
+        other rows, and |t| h > 50/8, take the log-sum-exp path of :meth:`log_mgf` rounded up by
+        the same allowance.  Skipped terms enter through their upper bound, as there."""
+        theta = np.atleast_1d(np.asarray(theta, dtype=float))
+        n = self.logm.size
+        if not np.all(np.isfinite(theta)):
+            return self.log_mgf(theta)  # (+-inf: no rounding question)
+        if n <= _WINDOW_MIN:
+            i0 = np.zeros(theta.size, dtype=np.int64)
+            i1 = np.full(theta.size, n, dtype=np.int64)
+            rest = np.full(theta.size, -np.inf)
+        else:
+            i0, i1, rest = self._row_windows(theta)
+        lb, e_lo, e_hi = self._coarse()
+        h = self.h
+        # block sizes: the largest power of 2 <= _PRODUCT_BLOCK with |t| h B <= 50
+        with np.errstate(divide="ignore"):
+            B = np.minimum(_PRODUCT_BLOCK, 2.0 ** np.floor(np.log2(50.0 / np.maximum(np.abs(theta) * h, 1e-300))))
+            if n <= _WINDOW_MIN:  # (at least 4 blocks)
+                B = np.minimum(B, 2.0 ** math.floor(math.log2(max(n / 4.0, 1.0))))
+        B = B.astype(np.int64)
+        out = np.full(theta.size, np.nan)
+        shift = np.zeros(theta.size)  # the exponents' shift c of each row (for the allowance)
+        if n <= _WINDOW_MIN:  # one window for all rows: the rows of one block size together
+            with np.errstate(invalid="ignore", over="ignore"):
+                cs = np.max(lb[None, :] + theta[:, None] * np.where(theta[:, None] >= 0, e_hi[None, :],
+                                                                    e_lo[None, :]), axis=1)
+            for Bv in np.unique(B):
+                rows = np.nonzero((B == Bv) & np.isfinite(cs))[0]
+                Bv = int(Bv)
+                if Bv < _PRODUCT_MIN or n < _PRODUCT_FROM or rows.size == 0:
+                    continue
+                t, c = theta[rows], cs[rows]
+                nbw = n // Bv
+                stop = nbw * Bv
+                with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+                    # G[k] = e^{t h k} = e^{t h 16 a} e^{t h b} for k = 16 a + b (two roundings more)
+                    a16 = np.exp(np.multiply.outer(16.0 * h * np.arange(-(-Bv // 16)), t))
+                    G = (a16[:, None, :] * np.exp(np.multiply.outer(h * np.arange(min(Bv, 16)), t))[None, :, :]
+                         ).reshape(-1, t.size)[:Bv]                                        # (B, r)
+                    F = np.exp(t[:, None] * self.eps[0:stop:Bv][None, :] - c[:, None])    # (r, nbw)
+                    S = np.einsum("rb,br->r", F, self.masses[:stop].reshape(nbw, Bv) @ G)
+                    if stop < n:
+                        S += np.exp(t * self.eps[stop] - c) * (self.masses[stop:] @ G[: n - stop])
+                    ok = (S >= _BATCH_MIN_SUM) & np.isfinite(S)
+                    out[rows[ok]] = c[ok] + np.log(S[ok]) + 12.0 * _U + 1e-99
+                shift[rows] = np.abs(c)
+        else:
+            for j in range(theta.size):
+                t, a, b, Bv = float(theta[j]), int(i0[j]), int(i1[j]), int(B[j])
+                if Bv < _PRODUCT_MIN or b - a < 2 * Bv:
+                    continue
+                ba, bb = a // _BLOCK, -(-b // _BLOCK)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    c = float(np.max(lb[ba:bb] + t * (e_hi[ba:bb] if t >= 0 else e_lo[ba:bb])))
+                if not math.isfinite(c):
+                    continue
+                nbw = (b - a) // Bv
+                stop = a + nbw * Bv
+                with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+                    g = np.exp(t * h * np.arange(Bv))
+                    f = np.exp(t * self.eps[a:stop:Bv] - c)
+                    S = float(f @ (self.masses[a:stop].reshape(nbw, Bv) @ g))
+                    if stop < b:
+                        S += float(np.exp(t * self.eps[stop] - c) * (self.masses[stop:b] @ g[: b - stop]))
+                if S >= _BATCH_MIN_SUM and math.isfinite(S):
+                    out[j] = c + math.log(S) + 12.0 * _U + 1e-99
+                    shift[j] = abs(c)
+        todo = np.nonzero(np.isnan(out))[0]
+        if n <= _WINDOW_MIN and todo.size:  # the log-sum-exp path, rows together
+            with np.errstate(invalid="ignore", over="ignore"):
+                out[todo] = _logsumexp_rows(self.logm[None, :] + theta[todo, None] * self.eps[None, :])
+            shift[todo] = np.abs(out[todo]) + math.log(max(n, 1))
+            todo = todo[:0]
+        for j in todo:  # the log-sum-exp path
+            a, b = int(i0[j]), int(i1[j])
+            with np.errstate(invalid="ignore", over="ignore"):
+                out[j] = self._lse_window(float(theta[j]), a, b)
+            shift[j] = abs(out[j]) + math.log(max(b - a, 1))  # (>= |its shift|: S is in [1, b - a])
+        span = np.maximum(np.abs(self.eps[np.minimum(i0, n - 1)]), np.abs(self.eps[np.maximum(i1 - 1, 0)]))
+        fin = np.isfinite(out)
+        # the allowance of _lmgf_slack, row by row
+        slack = 2.0 * (np.maximum(i1 - i0, 1) + 8) * _U + 4.0 * _U * (shift + np.abs(theta) * span + 1.0)
+        out = np.where(fin, out + slack, out)
+        return np.where(rest > -np.inf, np.logaddexp(out, rest), out)
+
     def cgf_moments(self, theta: float) -> tuple[float, float, float]:
         """(ln M(theta), tilted mean, tilted variance) of one step in one pass over one window:
         the very numbers of :meth:`log_mgf` and :meth:`tilted_moments` (the same operations on
@@ -467,7 +569,10 @@ def _tilted_cgf(sides: list[_Side], theta: float, s: np.ndarray) -> np.ndarray:
         return k @ (b.log_mgf(theta + s) - b.log_mgf([theta], down=True))
     total = np.zeros(s.size)
     for sd in sides:
-        total += sd.count * (sd.log_mgf(theta + s) - sd.log_mgf(theta)[0])
+        base = float(sd.log_mgf(theta)[0])
+        if math.isfinite(base):  # (rounded down by the log-sum-exp's allowance)
+            base -= _lmgf_slack(sd.masses.size, abs(base) + math.log(max(sd.masses.size, 1)), theta, sd.eps)
+        total += sd.count * (sd.log_mgf_upper(theta + s) - base)
     return total
 
 
@@ -500,6 +605,19 @@ def _moments(sides: list[_Side], theta: float) -> tuple[float, float]:
 CHERNOFF_SLOPES = 8
 
 
+@functools.lru_cache(maxsize=4)
+def _slopes(k: int) -> np.ndarray:
+    out = np.concatenate([np.geomspace(0.5, 60.0, k), [1e-2, 0.1, 300.0, 3e3]])
+    out.flags.writeable = False
+    return out
+
+
+def _chernoff_slopes() -> np.ndarray:
+    """The slopes (times the composed sd) of :class:`_Chernoff`: CHERNOFF_SLOPES geometric ones
+    in [0.5, 60] and 4 far ones."""
+    return _slopes(CHERNOFF_SLOPES)
+
+
 class _Chernoff:
     """Chernoff bounds for the theta-tilted composed loss Y:
     P(Y >= a) <= exp(K(s) - s a),  P(Y <= a) <= exp(K(-s) + s a)  for every s > 0,
@@ -507,10 +625,9 @@ class _Chernoff:
 
     def __init__(self, sides, theta, sd_total):
         # (any s gives a valid bound: a coarser grid only a slightly wider window)
-        self.s = np.concatenate([np.geomspace(0.5, 60.0, CHERNOFF_SLOPES), [1e-2, 0.1, 300.0, 3e3]]) \
-            / max(sd_total, 1e-300)
-        self.kr = _tilted_cgf(sides, theta, self.s)
-        self.kl = _tilted_cgf(sides, theta, -self.s)
+        self.s = _chernoff_slopes() / max(sd_total, 1e-300)
+        k = _tilted_cgf(sides, theta, np.concatenate([self.s, -self.s]))  # (both tails in one pass)
+        self.kr, self.kl = k[: self.s.size], k[self.s.size :]
 
     def edges(self, log_tol):
         """(largest left edge, smallest right edge) with each tail <= e^{log_tol}."""
