@@ -396,19 +396,36 @@ class _Side:
             lm = float(self.log_mgf(t)[0])
             m1, v1 = self.tilted_moments(t)
             return lm, m1, v1
+        lm, m1, v1 = self._pass(t)
+        self._mom[t] = (m1, v1)
+        self._lmgf[t] = lm
+        return lm, m1, v1
+
+    def _pass(self, t: float) -> tuple[float, float, float]:
+        """(ln M(t), tilted mean, tilted variance) over t's window in one pass: ln M as
+        :meth:`log_mgf` computes it (z = ln m + t eps, max, exp(z - max), sum, log: the same
+        operations), the moments from the same exps (w = e^{z - max} / sum)."""
         i0, i1, rest = self._row_windows(np.array([t]))
         i0, i1, rest = int(i0[0]), int(i1[0]), float(rest[0])
         e = self.eps[i0:i1]
-        z = self.logm[i0:i1] + t * e
-        lse = _logsumexp_rows(z[None, :])
-        w = np.exp(z - lse[0])
-        m1 = float(np.sum(w * e))
-        mom = self._mom[t] = (m1, float(np.sum(w * (e - m1) ** 2)))
-        with np.errstate(invalid="ignore", over="ignore"):
+        z = self.eps[i0:i1] * t
+        z += self.logm[i0:i1]
+        zmax = float(np.max(z)) if z.size else -np.inf
+        if not math.isfinite(zmax):
+            zmax = 0.0
+        z -= zmax
+        w = np.exp(z, out=z)
+        S = np.sum(w)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            lse = zmax + float(np.log(S))
+            w /= S
+            m1 = float(w @ e)
+            d = e - m1
+            d *= d
+            v1 = float(w @ d)
             # (the skipped terms through their upper bound, as log_mgf adds them)
-            lm = float(lse[0]) if not rest > -np.inf else float(np.logaddexp(lse, rest)[0])
-        self._lmgf[t] = lm
-        return lm, mom[0], mom[1]
+            lm = lse if not rest > -np.inf else float(np.logaddexp(lse, rest))
+        return lm, m1, v1
 
     def tilted_moments(self, theta: float) -> tuple[float, float]:
         """Mean and variance of one step under the theta-tilted measure (negligible terms dropped)."""
@@ -416,13 +433,18 @@ class _Side:
         hit = self._mom.get(t)
         if hit is not None:
             return hit
-        i0, i1, _ = self._row_windows(np.array([t]))
-        i0, i1 = int(i0[0]), int(i1[0])
-        e = self.eps[i0:i1]
-        z = self.logm[i0:i1] + t * e
-        w = np.exp(z - _logsumexp_rows(z[None, :])[0])
-        m1 = float(np.sum(w * e))
-        out = self._mom[t] = (m1, float(np.sum(w * (e - m1) ** 2)))
+        if not math.isfinite(t):
+            i0, i1, _ = self._row_windows(np.array([t]))
+            i0, i1 = int(i0[0]), int(i1[0])
+            e = self.eps[i0:i1]
+            z = self.logm[i0:i1] + t * e
+            w = np.exp(z - _logsumexp_rows(z[None, :])[0])
+            m1 = float(np.sum(w * e))
+            out = self._mom[t] = (m1, float(np.sum(w * (e - m1) ** 2)))
+            return out
+        lm, m1, v1 = self._pass(t)
+        self._lmgf.setdefault(t, lm)
+        out = self._mom[t] = (m1, v1)
         return out
 
 
