@@ -191,8 +191,9 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     d_n = float(profile.delta(eps[-1]))
     beyond = max(float(sfp[-1]) - d_n, 0.0)  # = e^{eps_n} Q(L > eps_n)
     masses[-1] += beyond
-    err[0] += float(value_error(below))
-    err[-1] += float(value_error(beyond + d_n))
+    ve = value_error(np.array([below, beyond + d_n]))  # (both ends in one call)
+    err[0] += float(ve[0])
+    err[-1] += float(ve[1])
     p_inf = d_n * (1 + SF_REL_ACCURACY + (LOG_DELTA_REL_ACCURACY * (2.0 + abs(math.log(d_n))) if d_n > 0 else 0.0))
     return _finite_pld(masses, grid, p_inf, True, err)
 

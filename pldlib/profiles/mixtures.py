@@ -385,10 +385,13 @@ class MixtureProfile(PrivacyProfile):
         unsafe = max(sign * (c + float(inv(tail / a))) for a, c in w)
         if not (math.isfinite(safe) and math.isfinite(unsafe)) or unsafe > safe:
             return math.nan
+        wa = np.array([a for a, _ in w])[:, None]
+        wc = np.array([c for _, c in w])[:, None]
         for _ in range(3):
             pts = unsafe + (safe - unsafe) * np.arange(1, 65) / 64.0
             with np.errstate(under="ignore"):
-                mass = sum(a * fn(sign * pts - c) for a, c in w)
+                # (all terms in one call; summed in order, as sum() over the terms would)
+                mass = np.sum(wa * fn(sign * pts[None, :] - wc), axis=0) if k > 1 else wa[0] * fn(sign * pts - wc[0])
             ok = mass <= tail
             j = int(np.argmax(ok)) if ok.any() else 63
             safe, unsafe = float(pts[j]), float(pts[j - 1]) if j > 0 else unsafe
