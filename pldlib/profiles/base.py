@@ -105,12 +105,7 @@ class LossRangeError(V.PrecisionLimitError, OverflowError):
 def loss_range(profile, tail: float) -> tuple[float, float]:
     """(lo, hi): the loss range of ``profile`` up to ``tail`` mass on each side (the loss-range
     guard every discretiser uses): ValueError if it is not finite, :class:`LossRangeError`
-    beyond :data:`MAX_SINGLE_LOSS`.  Kept per tail on the profile (profiles are immutable)."""
-    memo = getattr(profile, "__dict__", None)
-    memo = memo.setdefault("_loss_ranges", {}) if memo is not None else {}
-    hit = memo.get(float(tail))
-    if hit is not None:
-        return hit
+    beyond :data:`MAX_SINGLE_LOSS`."""
     lo, hi = profile.eps_bounds(tail)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("the privacy loss range of this profile is not finite at the requested tail")
@@ -119,7 +114,6 @@ def loss_range(profile, tail: float) -> tuple[float, float]:
             f"single-step privacy loss reaches {max(abs(lo), abs(hi)):.3g}, beyond the "
             f"supported {MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise"
         )
-    memo[float(tail)] = (lo, hi)
     return lo, hi
 
 
