@@ -108,11 +108,24 @@ def _mid_side():
     return C._Side(h, -500, m / m.sum(), 1)
 
 
-@pytest.mark.parametrize("side", list(_sides()) + [_mid_side()], ids=["long-tail", "random", "tiny", "mid"])
+def _underflowing_sides():
+    """Masses decaying geometrically into the subnormal range: at a large tilt the far end, where
+    every mass is below 1e-250, dominates, and products of such masses with e^{-50}..e^{50} would
+    underflow (a random search found ln M understated by 2.5e-3 before the block scaling)."""
+    for n, h, start in [(17610, 0.0021269755257753995, -16403), (3000, 0.002, -2500)]:
+        x = np.arange(n)
+        m = np.exp(-x * 0.2322103932090195)
+        m[np.random.default_rng(0).uniform(size=n) < 0.08] = 0.0
+        yield C._Side(h, start, m / m.sum(), 1)
+
+
+@pytest.mark.parametrize("side", list(_sides()) + [_mid_side()] + list(_underflowing_sides()),
+                         ids=["long-tail", "random", "tiny", "mid", "subnormal-windowed", "subnormal-full"])
 def test_log_mgf_upper_is_never_below_an_extended_precision_sum(side):
     """The Chernoff slopes' ln M (product form, or log-sum-exp rounded up) against the same sum in
     80-bit extended precision: never below it, and within 1e-9 of it."""
-    theta = np.concatenate([-np.geomspace(1e-3, 3e5, 30), [0.0], np.geomspace(1e-3, 3e5, 30), [7.3, -41.0]])
+    theta = np.concatenate([-np.geomspace(1e-3, 3e5, 30), [0.0], np.geomspace(1e-3, 3e5, 30), [7.3, -41.0],
+                            np.geomspace(10.0, 1e4, 60), -np.geomspace(10.0, 1e4, 60)])
     got = side.log_mgf_upper(theta)
     m = side.masses.astype(np.longdouble)
     e = side.eps.astype(np.longdouble)

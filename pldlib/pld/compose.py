@@ -104,6 +104,56 @@ _PRODUCT_MIN = 8
 _PRODUCT_FROM = 1024
 
 
+def _product_sums(m: np.ndarray, starts: np.ndarray, h: float, t: np.ndarray, c: np.ndarray, B: int,
+                  scale: bool = True):
+    """(S, x): S_r = sum_i m_i e^{t_r eps_i - c_r} over the lattice segment m (its block starts'
+    eps in ``starts``, blocks of B points, |t_r| h B <= 50) in the product form of
+    :meth:`_Side.log_mgf_upper`, and x, the largest |e_b| ln 2 of the block scalings.
+
+    With ``scale``, each block's masses are scaled by 2^-e_b (exact), e_b the binary exponent of
+    the block's largest mass, so the block's largest scaled mass is in [1/2, 1) and, with g_k >=
+    e^-50, no product that matters underflows (a product below the smallest normal number is
+    < 2^-1022 of the block's largest term times e^50: relative 1e-284) and no mass is subnormal
+    when it enters the matrix product (where flush-to-zero could drop it).  The block factor is
+    e^{t eps_b - c + e_b ln 2}; blocks without mass get 0.  e_b ln 2 carries a rounding of
+    |e_b| ln 2 u, which the caller's allowance covers through x.  Without ``scale`` (every
+    non-zero mass of the segment is at least 1e-250, so every product with g is at least 1e-272,
+    a normal number) e_b = 0 and the masses are not copied."""
+    L = m.size
+    nb = -(-L // B)
+    bmax = None
+    if scale:
+        Mb = np.zeros(nb * B)
+        Mb[:L] = m
+        Mb = Mb.reshape(nb, B)
+        bmax = Mb.max(axis=1)
+        e = np.frexp(bmax)[1]
+        Ms = np.ldexp(Mb, -e[:, None])
+    else:
+        full = L // B
+        Ms = m[: full * B].reshape(full, B)
+        if full < nb:  # (the last, partial block padded)
+            Ms = np.concatenate([Ms, np.concatenate([m[full * B :], np.zeros(nb * B - L)])[None, :]])
+        e = np.zeros(nb, dtype=np.int64)
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+        # G[k] = e^{t h k} = e^{t h 16 a} e^{t h j} for k = 16 a + j (two roundings more)
+        a16 = np.exp(np.multiply.outer(16.0 * h * np.arange(-(-B // 16)), t))
+        G = (a16[:, None, :] * np.exp(np.multiply.outer(h * np.arange(min(B, 16)), t))[None, :, :]
+             ).reshape(-1, t.size)[:B]                                                  # (B, r)
+        xe = e * _LN2
+        expo = t[:, None] * starts[None, :nb] - c[:, None] + xe[None, :]
+        if bmax is not None:
+            expo = np.where(bmax[None, :] > 0, expo, -np.inf)
+        F = np.exp(expo)                                                                # (r, nb)
+        S = np.einsum("rb,br->r", F, Ms @ G)
+    return S, float(np.max(np.abs(xe))) if xe.size else 0.0
+
+
+_LN2 = math.log(2.0)
+#: masses below e^_TINY_LOG (~1e-250) make :func:`_product_sums` scale their blocks
+_TINY_LOG = -575.0
+
+
 class _Side:
     """One measure (masses + p_inf) to be composed ``count`` times.
 
@@ -191,6 +241,7 @@ class _Side:
             lb, e_lo, e_hi = self._coarse()
             nb = n // _BLOCK  # n is a multiple of the block size
             base._blocks = (lb[:nb], e_lo[:nb], e_hi[:nb])
+            base._tiny = self._tiny[:nb]
             base._lmgf, base._mom = {}, {}
             cuts[n] = base
         new = object.__new__(_Side)
@@ -208,6 +259,9 @@ class _Side:
             first = np.arange(nb) * _BLOCK
             last = np.minimum(first + _BLOCK - 1, n - 1)
             self._blocks = (lb, self.eps[first], self.eps[last])
+            # blocks holding a mass in (0, 1e-250) (the product form scales those: _product_sums)
+            zb = z.reshape(nb, _BLOCK)
+            self._tiny = np.any((zb < _TINY_LOG) & (zb > -np.inf), axis=1)
         return self._blocks
 
     def _row_windows(self, theta: np.ndarray):
@@ -296,11 +350,13 @@ class _Side:
         g_k = e^{t h k} (k < B, B a power of 2 <= 256 with |t| h B <= 50, so g never overflows):
         one exp per block and per offset, and a matrix-vector product, instead of one exp per
         term.  c bounds every term's exponent from above (the 64-point blocks' log-masses at their
-        far ends), so no product overflows.  Where the sum S is at least 1e-200 the result is c +
-        ln S rounded up by :func:`_lmgf_slack` plus 12 u (the product form; docs/MATH.md 4.3) and 1e-99 (factors
-        below the smallest normal number carry absolute error <= 2^-1074 e^50 per unit mass);
-        other rows, and |t| h > 50/8, take the log-sum-exp path of :meth:`log_mgf` rounded up by
-        the same allowance.  Skipped terms enter through their upper bound, as there."""
+        far ends), so no product overflows; blocks holding a mass below 1e-250 are scaled by a
+        power of 2 first (:func:`_product_sums`), so no product that matters underflows.  Where
+        the sum S is at least 1e-200 the result is c + ln S rounded up by :func:`_lmgf_slack`
+        plus 12 u (the product form; docs/MATH.md 4.3) and 1e-99 (block factors below the
+        smallest normal number carry absolute error <= 2^-1074 e^50 per unit mass); other rows,
+        and |t| h > 50/8, take the log-sum-exp path of :meth:`log_mgf` rounded up by the same
+        allowance.  Skipped terms enter through their upper bound, as there."""
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
         n = self.logm.size
         if not np.all(np.isfinite(theta)):
@@ -331,20 +387,11 @@ class _Side:
                 if Bv < _PRODUCT_MIN or n < _PRODUCT_FROM or rows.size == 0:
                     continue
                 t, c = theta[rows], cs[rows]
-                nbw = n // Bv
-                stop = nbw * Bv
-                with np.errstate(under="ignore", over="ignore", invalid="ignore"):
-                    # G[k] = e^{t h k} = e^{t h 16 a} e^{t h b} for k = 16 a + b (two roundings more)
-                    a16 = np.exp(np.multiply.outer(16.0 * h * np.arange(-(-Bv // 16)), t))
-                    G = (a16[:, None, :] * np.exp(np.multiply.outer(h * np.arange(min(Bv, 16)), t))[None, :, :]
-                         ).reshape(-1, t.size)[:Bv]                                        # (B, r)
-                    F = np.exp(t[:, None] * self.eps[0:stop:Bv][None, :] - c[:, None])    # (r, nbw)
-                    S = np.einsum("rb,br->r", F, self.masses[:stop].reshape(nbw, Bv) @ G)
-                    if stop < n:
-                        S += np.exp(t * self.eps[stop] - c) * (self.masses[stop:] @ G[: n - stop])
-                    ok = (S >= _BATCH_MIN_SUM) & np.isfinite(S)
+                S, xs = _product_sums(self.masses, self.eps[::Bv], h, t, c, Bv, scale=bool(self._tiny.any()))
+                ok = (S >= _BATCH_MIN_SUM) & np.isfinite(S)
+                with np.errstate(divide="ignore", invalid="ignore"):
                     out[rows[ok]] = c[ok] + np.log(S[ok]) + 12.0 * _U + 1e-99
-                shift[rows] = np.abs(c)
+                shift[rows] = np.abs(c) + xs
         else:
             for j in range(theta.size):
                 t, a, b, Bv = float(theta[j]), int(i0[j]), int(i1[j]), int(B[j])
@@ -355,17 +402,12 @@ class _Side:
                     c = float(np.max(lb[ba:bb] + t * (e_hi[ba:bb] if t >= 0 else e_lo[ba:bb])))
                 if not math.isfinite(c):
                     continue
-                nbw = (b - a) // Bv
-                stop = a + nbw * Bv
-                with np.errstate(under="ignore", over="ignore", invalid="ignore"):
-                    g = np.exp(t * h * np.arange(Bv))
-                    f = np.exp(t * self.eps[a:stop:Bv] - c)
-                    S = float(f @ (self.masses[a:stop].reshape(nbw, Bv) @ g))
-                    if stop < b:
-                        S += float(np.exp(t * self.eps[stop] - c) * (self.masses[stop:b] @ g[: b - stop]))
+                S, xs = _product_sums(self.masses[a:b], self.eps[a:b:Bv], h, np.array([t]), np.array([c]), Bv,
+                                      scale=bool(self._tiny[ba:bb].any()))
+                S = float(S[0])
                 if S >= _BATCH_MIN_SUM and math.isfinite(S):
                     out[j] = c + math.log(S) + 12.0 * _U + 1e-99
-                    shift[j] = abs(c)
+                    shift[j] = abs(c) + xs
         todo = np.nonzero(np.isnan(out))[0]
         if n <= _WINDOW_MIN and todo.size:  # the log-sum-exp path, rows together
             with np.errstate(invalid="ignore", over="ignore"):
