@@ -130,10 +130,7 @@ def _product_sums(m: np.ndarray, starts: np.ndarray, h: float, t: np.ndarray, c:
         e = np.frexp(bmax)[1]
         Ms = np.ldexp(Mb, -e[:, None])
     else:
-        full = L // B
-        Ms = m[: full * B].reshape(full, B)
-        if full < nb:  # (the last, partial block padded)
-            Ms = np.concatenate([Ms, np.concatenate([m[full * B :], np.zeros(nb * B - L)])[None, :]])
+        Ms = None
         e = np.zeros(nb, dtype=np.int64)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         # G[k] = e^{t h k} = e^{t h 16 a} e^{t h j} for k = 16 a + j (two roundings more)
@@ -145,7 +142,14 @@ def _product_sums(m: np.ndarray, starts: np.ndarray, h: float, t: np.ndarray, c:
         if bmax is not None:
             expo = np.where(bmax[None, :] > 0, expo, -np.inf)
         F = np.exp(expo)                                                                # (r, nb)
-        S = np.einsum("rb,br->r", F, Ms @ G)
+        if Ms is not None:
+            P = Ms @ G
+        else:  # (full blocks as a view of m, the last, partial one on its own: no copy of m)
+            full = L // B
+            P = m[: full * B].reshape(full, B) @ G
+            if full < nb:
+                P = np.concatenate([P, (m[full * B :] @ G[: L - full * B])[None, :]])
+        S = np.einsum("rb,br->r", F, P)
     return S, float(np.max(np.abs(xe))) if xe.size else 0.0
 
 
