@@ -310,16 +310,20 @@ class _Side:
         ub[:, a // _BLOCK : -(-b // _BLOCK)] = -np.inf
         return a, b, _logsumexp_rows(ub)
 
-    def _lse_window(self, t: float, i0: int, i1: int) -> float:
+    def _shifted_exps(self, t: float, i0: int, i1: int) -> tuple[float, np.ndarray]:
+        """(zmax, e^{z - zmax}) for z = ln m + t eps over [i0, i1) (zmax = 0 if no term is finite)."""
         z = self.eps[i0:i1] * t
         z += self.logm[i0:i1]
         zmax = float(np.max(z)) if z.size else -np.inf
         if not math.isfinite(zmax):
             zmax = 0.0
         z -= zmax
-        np.exp(z, out=z)
+        return zmax, np.exp(z, out=z)
+
+    def _lse_window(self, t: float, i0: int, i1: int) -> float:
+        zmax, w = self._shifted_exps(t, i0, i1)
         with np.errstate(divide="ignore"):
-            return zmax + float(np.log(np.sum(z)))
+            return zmax + float(np.log(np.sum(w)))
 
     def log_mgf(self, theta) -> np.ndarray:
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
@@ -454,13 +458,7 @@ class _Side:
         i0, i1, rest = self._row_windows(np.array([t]))
         i0, i1, rest = int(i0[0]), int(i1[0]), float(rest[0])
         e = self.eps[i0:i1]
-        z = self.eps[i0:i1] * t
-        z += self.logm[i0:i1]
-        zmax = float(np.max(z)) if z.size else -np.inf
-        if not math.isfinite(zmax):
-            zmax = 0.0
-        z -= zmax
-        w = np.exp(z, out=z)
+        zmax, w = self._shifted_exps(t, i0, i1)
         S = np.sum(w)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             lse = zmax + float(np.log(S))
