@@ -112,6 +112,9 @@ def test_nearly_symmetric_directions_are_composed_without_a_coarse_screen(lower_
 
     got, n_coarse, acc = run()
     assert n_coarse == 0 and all(st.source.built for st in acc._branches)
+    # ... nor any coarse discretisation: the scores come from the steps' loss moments and the
+    # tilts from the (small) fine PLDs carried to the coarse spacing
+    assert not any(st.source._coarse for st in acc._branches)
     monkeypatch.setattr(A, "SCREEN_CLOSE", -1.0)  # every branch but none screened-out by score
     forced, n_forced, _ = run()
     assert n_forced >= 1
@@ -166,3 +169,30 @@ def test_later_branch_that_may_be_the_largest_gets_its_lower_side(monkeypatch):
     np.testing.assert_array_equal(got.lower, full.lower)
     assert np.all(got.upper <= full.upper)                # (the smaller of two certified uppers)
     np.testing.assert_allclose(got.upper, full.upper, rtol=1e-9)
+
+
+def test_tilt_estimated_from_the_coarsened_fine_plds_matches_the_coarse_discretisation(monkeypatch):
+    """A branch estimates its tilt on its fine PLDs carried to 8h (DiscretePLD.coarsened)
+    instead of a coarse connect-the-dots of its profile: both are
+    connect-the-dots curves at 8h of nearly the same curve, so the estimates agree closely,
+    and the answer is the same to round-off (the composition's tilt moves by that much)."""
+    import pldlib.pld.accountant as A
+    from pldlib.pld.compose import estimate_tilt
+
+    mech = pldlib.Gaussian(sigma=1.22, q=4.3e-4, sampling="poisson", relation="add_remove")
+    steps, delta = 22592, 5.6e-8
+    acc = pldlib.account(mech, steps=steps, interval=9.9e-5, lower_bound=False)
+    got = acc.epsilon(delta)
+    cut = A._cut_scale(np.array([delta]))
+    for st in acc._branches:
+        level = st.source.level_for(cut, st.counts)
+        assert level not in st.source._coarse
+        via_fine = estimate_tilt(st.source.fine_coarsened(level), st.counts, delta, cut)
+        via_profile = estimate_tilt(st.coarse_at(cut), st.counts, delta, cut)
+        assert via_fine == pytest.approx(via_profile, rel=1e-3)
+    # the same accountant with the tilts estimated on coarse discretisations of the profiles
+    monkeypatch.setattr(A, "_tilt_plds", lambda st, cut=None: st.coarse_at(cut))
+    old = pldlib.account(mech, steps=steps, interval=9.9e-5, lower_bound=False)
+    ref = old.epsilon(delta)
+    assert all(st.source._coarse for st in old._branches)
+    assert got.upper == pytest.approx(ref.upper, rel=1e-9)

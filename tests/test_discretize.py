@@ -386,3 +386,30 @@ def test_offset_lattice_at_huge_spacings_falls_back_without_overflow():
     tau = np.linspace(-1.0, 750.0, 8)
     with pytest.raises(ValueError):
         _middle_cell_choice(-1.0, 750.0, 1.0, 0.0, tau, np.ones(8), np.ones(8))
+
+
+@pytest.mark.parametrize("start, shift", [(-37, 0.0), (40, 0.0), (-5, 3.1e-3), (16, -2.2e-3)])
+def test_coarsened_pld_is_connect_the_dots_of_its_own_curve(start, shift):
+    """DiscretePLD.coarsened(8): the curve equals the fine one at the coarse points, lies on or
+    above it in between, and the total P- and Q-masses are kept (all against direct mpmath sums)."""
+    rng = np.random.default_rng(start + 100)
+    h = 1.3e-2
+    m = rng.random(203) ** 3
+    m = 0.98 * m / m.sum()
+    fine = DiscretePLD(h=h, start=start, masses=m, p_inf=0.02, pessimistic=True, shift=shift)
+    c = fine.coarsened(8)
+    assert c.h == pytest.approx(8 * h) and c.shift == shift and c.p_inf == fine.p_inf
+    ef, ec = fine.eps_grid, c.eps_grid
+    # the coarse points are points of the fine lattice's multiples of 8h, covering its support
+    assert np.allclose((ec - shift) / (8 * h), np.round((ec - shift) / (8 * h)))
+    assert ec[0] <= ef[0] + 1e-12 and ec[-1] >= ef[-1] - 1e-12
+    with mp.workdps(DPS):
+        q_fine = mp.fsum(mp.mpf(float(a)) * mp.exp(-mp.mpf(float(e))) for a, e in zip(m, ef))
+        q_coarse = mp.fsum(mp.mpf(float(a)) * mp.exp(-mp.mpf(float(e))) for a, e in zip(c.masses, ec))
+    assert math.fsum(c.masses) == pytest.approx(math.fsum(m), rel=1e-13)
+    assert float(q_coarse) == pytest.approx(float(q_fine), rel=1e-12)
+    for e in ec[(ec > ef[0] - 0.2) & (ec < ef[-1] + 0.2)]:
+        want = mp_curve(m, ef, 0.02, e)
+        assert float(mp_curve(c.masses, ec, 0.02, e)) == pytest.approx(float(want), rel=1e-12, abs=1e-15)
+    for e in np.linspace(ef[0] - 0.05, ef[-1] + 0.05, 157):
+        assert mp_curve(c.masses, ec, 0.02, e) >= mp_curve(m, ef, 0.02, e) - 1e-15

@@ -483,3 +483,36 @@ def test_subsampled_gaussian_eps_bounds_from_the_noise_quantiles_are_tight(sigma
     assert beyond <= tail
     assert beyond >= 0.9 * tail, (float(beyond), tail)
     assert abs(end - g) <= 1e-6 * max(1.0, abs(g))
+
+
+@pytest.mark.parametrize("sigma, q", [(2.54, 0.01), (1.22, 4.3e-4), (0.5, 0.17), (0.8, 0.5)])
+def test_mixture_loss_moments_match_quadrature(sigma, q):
+    """MixtureProfile.loss_moments (Gauss-Hermite over the noise) against mpmath quadrature of
+    the loss under each mixture component, for both directions of Poisson subsampling."""
+    from pldlib.profiles.mixtures import GaussianNoise
+
+    noise = GaussianNoise(sigma, 1.0)
+    for prof in (noise.remove_pair(q), noise.add_pair(q)):
+        mean, var = prof.loss_moments()
+        pw, ps, *_ = prof._sides()
+        sign = -1.0 if prof.reverse else 1.0
+
+        def L(x):
+            return sign * float(prof._loss(np.array([float(x)]))[0])
+
+        with mp.workdps(30):
+            m1 = m2 = mp.mpf(0)
+            for a, c in zip(pw, ps):
+                if a > 0:
+                    pts = [-mp.inf, c - 6 * sigma, c, c + 6 * sigma, mp.inf]
+                    m1 += a * mp.quad(lambda x: L(x) * mp.npdf(x, c, sigma), pts)
+                    m2 += a * mp.quad(lambda x: L(x) ** 2 * mp.npdf(x, c, sigma), pts)
+        assert mean == pytest.approx(float(m1), rel=1e-8)
+        assert var == pytest.approx(float(m2 - m1**2), rel=1e-8)
+
+
+def test_loss_moments_absent_without_a_quadrature():
+    from pldlib.profiles.mixtures import LaplaceNoise
+
+    assert LaplaceNoise(1.0, 1.0).remove_pair(0.1).loss_moments() is None
+    assert GaussianProfile(1.0).loss_moments() is None

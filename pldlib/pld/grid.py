@@ -356,6 +356,28 @@ class DiscretePLD:
         zmax = np.max(z, axis=1, keepdims=True)
         return (zmax[:, 0] + np.log(np.sum(np.exp(z - zmax), axis=1)))
 
+    def coarsened(self, factor: int) -> "DiscretePLD":
+        """Connect-the-dots of this PLD's own curve on the lattice of spacing ``factor * h``
+        (same shift; docs/MATH.md 3.1): an atom at a + o h (a a coarse point, 0 <= o < factor)
+        keeps its P- and Q-mass by sending (1 - e^{-o h}) / (1 - e^{-factor h}) of it to
+        a + factor h and the rest to a, so the new curve equals this one at the coarse points
+        and lies above it in between.  Round-off of the split is not tracked (``mass_err`` is
+        None): an input of estimates (e.g. of a tilt), never of a certified bound."""
+        factor = int(factor)
+        h, m = self.h, self.masses
+        k0 = self.start // factor
+        pad = self.start - k0 * factor
+        nb = -(-(m.size + pad) // factor)
+        buf = np.zeros(nb * factor)
+        buf[pad:pad + m.size] = m
+        blocks = buf.reshape(nb, factor)
+        right = blocks @ (np.expm1(-h * np.arange(factor)) / math.expm1(-h * factor))
+        out = np.zeros(nb + 1)
+        out[:-1] = blocks.sum(axis=1) - right
+        out[1:] += right
+        return DiscretePLD(h=factor * h, start=k0, masses=np.maximum(out, 0.0), p_inf=self.p_inf,
+                           pessimistic=self.pessimistic, mass_err=None, shift=self.shift)
+
     def moments(self) -> tuple[float, float]:
         """Mean and variance of the finite part of L under P (normalised)."""
         m = self.masses

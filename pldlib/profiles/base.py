@@ -197,6 +197,14 @@ class PrivacyProfile(ABC):
         sp, cp, sq, cq = self.grid_values(eps) if values is None else values
         return self._masses(sp[:-1], sp[1:], cp[:-1], cp[1:], sq[:-1], sq[1:], cq[:-1], cq[1:])
 
+    def loss_moments(self) -> tuple[float, float] | None:
+        """Estimate of the mean and variance of the finite part of L under P, or None when
+        the profile has no cheap way to it (callers then use a discretised PLD's moments).
+
+        Guarantee: an estimate (it only steers work, e.g. which direction is computed
+        first; never a bound)."""
+        return None
+
     # -- support ----------------------------------------------------------
     def support_edges(self) -> tuple[float, float]:
         """(lo, hi): the ends of the support of L (finite losses), -inf / +inf where unbounded.

@@ -21,6 +21,7 @@ constructions exactly for a finite (lattice) noise, for brute-force checks.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -120,6 +121,22 @@ class GaussianNoise(ShiftFamily):
     def sample(self, rng, n):
         return rng.normal(0.0, self.s, n)
 
+    @property
+    def scale(self) -> float:
+        return self.s
+
+    def scalar_tail(self, right: bool):
+        """sf (``right``) or cdf as a function of one Python float (math.erfc: relative accuracy
+        ~1e-15, as scipy's ndtr; for searches whose result is checked with :meth:`sf`/:meth:`cdf`)."""
+        k = (1.0 if right else -1.0) / (self.s * math.sqrt(2.0))
+        return lambda x: 0.5 * math.erfc(k * x)
+
+    def expectation_nodes(self):
+        """(x_j, w_j) with E f(X) ~ sum_j w_j f(x_j) for X ~ N(0, s^2): Gauss-Hermite
+        quadrature (QUAD_NODES nodes, exact for polynomials of degree < 2 QUAD_NODES)."""
+        t, w = _hermite_nodes()
+        return self.s * t, w
+
     def shifts_remove_pair(self, weights) -> "MixtureProfile":
         """User-level remove pair: P = sum_k weights[k] B_{kD}, Q = B_0 (docs/MATH.md 13.1)."""
         return shift_mixture_remove(self, weights)
@@ -181,6 +198,16 @@ class LatticeNoise(ShiftFamily):
 
     def substitution_pair(self, q: float) -> FiniteProfile:
         return finite_mixture_profile(self.pmf, {0: 1 - q, self.D: q}, {0: 1 - q, -self.D: q})
+
+
+#: Gauss-Hermite nodes of :meth:`GaussianNoise.expectation_nodes`
+QUAD_NODES = 96
+
+
+@functools.lru_cache(maxsize=None)
+def _hermite_nodes():
+    t, w = np.polynomial.hermite_e.hermegauss(QUAD_NODES)  # weight e^{-t^2/2}
+    return t, w / math.sqrt(2.0 * math.pi)
 
 
 def _log_mix(q, t):
@@ -328,6 +355,26 @@ class MixtureProfile(PrivacyProfile):
             d = np.exp(A) * -np.expm1(np.minimum(B - A, 0.0))
         return np.clip(np.where(np.isfinite(A), d, 0.0), 0.0, 1.0)
 
+    def loss_moments(self) -> tuple[float, float] | None:
+        """Mean and variance of L under P by quadrature over the noise (for noises with
+        ``expectation_nodes``: Gauss-Hermite for the Gaussian); None for other noises.
+        Guarantee: an estimate (see :meth:`PrivacyProfile.loss_moments`)."""
+        nodes = getattr(self.noise, "expectation_nodes", None)
+        if nodes is None:
+            return None
+        t, w = nodes()
+        pw, ps, *_ = self._sides()
+        pw, ps = pw[pw > 0], ps[pw > 0]
+        x = (ps[:, None] + t[None, :]).ravel()
+        ww = (pw[:, None] * w[None, :]).ravel() / pw.sum()
+        with np.errstate(over="ignore", invalid="ignore"):
+            L = self._loss(x)
+        L = -L if self.reverse else L
+        if not np.all(np.isfinite(L)):
+            return None
+        mean = float(ww @ L)
+        return mean, float(ww @ (L - mean) ** 2)
+
     def sample_p(self, rng, n: int) -> np.ndarray:
         """n samples of L under P (for Monte Carlo validation)."""
         pw, ps, *_ = self._sides()
@@ -371,7 +418,8 @@ class MixtureProfile(PrivacyProfile):
         has mass <= tail (``right``: the smallest x with sum_i w_i sf(x - c_i) <= tail; else the
         largest x with sum_i w_i cdf(x - c_i) <= tail), to ~4e-7 of the noise scale, on the safe
         side.  Bracketed in closed form (each term at tail / k, k terms: the sum is <= tail; one
-        term at tail: it is >= tail), then three 64-point refinements.  NaN if it cannot bracket."""
+        term at tail: it is >= tail), then three 64-point refinements (or, for a noise with
+        ``scalar_tail``, bisection to 1e-7 of its ``scale``).  NaN if it cannot bracket."""
         n = self.noise
         w = [(float(a), float(c)) for a, c in zip(weights, shifts) if a > 0]
         k = len(w)
@@ -385,6 +433,20 @@ class MixtureProfile(PrivacyProfile):
         unsafe = max(sign * (c + float(inv(tail / a))) for a, c in w)
         if not (math.isfinite(safe) and math.isfinite(unsafe)) or unsafe > safe:
             return math.nan
+        scalar = getattr(n, "scalar_tail", None)
+        if scalar is not None:
+            # bisection on Python floats (~1 us per step where a numpy call costs ~10 us), to
+            # 1e-7 of the noise scale; the caller checks the end with the profile's own functions
+            f1, tol = scalar(right), 1e-7 * n.scale
+            for _ in range(200):
+                if not safe - unsafe > tol:
+                    break
+                mid = 0.5 * (unsafe + safe)
+                if sum(a * f1(sign * mid - c) for a, c in w) <= tail:
+                    safe = mid
+                else:
+                    unsafe = mid
+            return sign * safe
         wa = np.array([a for a, _ in w])[:, None]
         wc = np.array([c for _, c in w])[:, None]
         for _ in range(3):
