@@ -877,20 +877,29 @@ def _int_power(X: np.ndarray, k: int) -> np.ndarray:
     Each complex product has relative error <= sqrt(2) gamma_2 ~ 2.83 u (Higham 3.5) and a
     squaring doubles the relative error it receives, so the result has relative error at
     most (1 + 2.83 u)^k - 1 ~ 2.83 k u: inside the (pi + 1) k u term of the round-off
-    bound (docs/MATH.md 4.4), and about 3x faster than exp(k log X) for large arrays.
+    bound (docs/MATH.md 4.4), and about 3x faster than exp(k log X) for large arrays.  The
+    products are made in place (the same operations; no fresh array, hence no page faults, per
+    product).
     """
     k = int(k)
     if k == 1:
         return X
     out = None
     base = X
+    own = False  # (X itself is never written: the squarings go to a buffer of their own)
     while True:
         if k & 1:
-            out = base.copy() if out is None else out * base
+            if out is None:
+                out = base.copy()
+            else:
+                np.multiply(out, base, out=out)
         k >>= 1
         if not k:
             return out
-        base = base * base
+        if own:
+            np.multiply(base, base, out=base)
+        else:
+            base, own = base * base, True
 
 
 #: FFT lengths from which scipy.fft may use several threads (below, threads cost more than they save)
