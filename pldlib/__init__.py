@@ -15,6 +15,8 @@ Public API (thin re-exports over the modules that hold the maths):
 * calibration: :func:`calibrate`, :func:`get_noise_multiplier`
 * sampling schemes: :mod:`pldlib.sampling` (registry: :func:`pldlib.sampling.scheme_names`)
 * sigma look-ups: ``pldlib.atlas.open_atlas(path).sigma_for(epsilon, delta, q, steps, ...)``
+* speed knob: :func:`pldlib.allocator.tune_allocator` (glibc malloc thresholds; applied at
+  import with ``PLDLIB_TUNE_MALLOC=1``, and by the ``pldlib`` command unless ``=0``)
 """
 from ._validate import GridTooLargeError, PrecisionLimitError
 from .events import (
@@ -46,6 +48,21 @@ from .profiles import (
 )
 
 __version__ = "0.1.0"
+
+from . import allocator  # noqa: E402  (pldlib.allocator.tune_allocator(): a process-wide speed knob)
+
+
+def _tune_at_import() -> None:
+    import warnings
+
+    try:
+        if allocator.enabled(default=False):
+            allocator.tune_allocator()
+    except ValueError as e:  # a bad PLDLIB_TUNE_MALLOC: say so, import anyway
+        warnings.warn(str(e), RuntimeWarning, stacklevel=3)
+
+
+_tune_at_import()
 
 #: names imported on first use (keeps ``import pldlib`` light)
 _LAZY = {

@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__
+from . import __version__, allocator
 from ._validate import PrecisionLimitError
 from .methods.base import Estimate
 from .calibrate import CalibrationError
@@ -511,6 +511,11 @@ def _fail(message: str, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (the console script passes it to sys.exit)."""
     parser = build_parser()
+    try:
+        if allocator.enabled(default=True):  # (a short process of our own: docs in pldlib.allocator)
+            allocator.tune_allocator()
+    except ValueError as e:
+        return _fail(str(e), EXIT_USAGE)
     try:
         args = parser.parse_args(argv)
         if args.command != "calibrate":
