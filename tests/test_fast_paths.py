@@ -119,11 +119,16 @@ def _underflowing_sides():
         yield C._Side(h, start, m / m.sum(), 1)
 
 
+@pytest.mark.parametrize("whole_max", [0, None], ids=["row-windows", "whole-side"])
 @pytest.mark.parametrize("side", list(_sides()) + [_mid_side()] + list(_underflowing_sides()),
                          ids=["long-tail", "random", "tiny", "mid", "subnormal-windowed", "subnormal-full"])
-def test_log_mgf_upper_is_never_below_an_extended_precision_sum(side):
+def test_log_mgf_upper_is_never_below_an_extended_precision_sum(side, whole_max, monkeypatch):
     """The Chernoff slopes' ln M (product form, or log-sum-exp rounded up) against the same sum in
-    80-bit extended precision: never below it, and within 1e-9 of it."""
+    80-bit extended precision: never below it, and within 1e-9 of it -- on both of its paths
+    (every row over the whole side, or each row over its window: ``_PRODUCT_ALL_MAX`` 0 forces
+    the windows on sides above _WINDOW_MIN points)."""
+    if whole_max is not None:
+        monkeypatch.setattr(C, "_PRODUCT_ALL_MAX", whole_max)
     theta = np.concatenate([-np.geomspace(1e-3, 3e5, 30), [0.0], np.geomspace(1e-3, 3e5, 30), [7.3, -41.0],
                             np.geomspace(10.0, 1e4, 60), -np.geomspace(10.0, 1e4, 60)])
     got = side.log_mgf_upper(theta)
@@ -139,7 +144,7 @@ def test_log_mgf_upper_is_never_below_an_extended_precision_sum(side):
     assert np.all(got >= ref), np.max(ref - got)
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
     # (the product form is what runs on the mid-sized side)
-    assert side.masses.size < C._PRODUCT_FROM or side.masses.size > C._WINDOW_MIN or \
+    assert side.masses.size < C._PRODUCT_FROM or side.masses.size > C._PRODUCT_ALL_MAX or \
         np.sum(np.abs(theta) * side.h * C._PRODUCT_MIN <= 50.0) > 10
 
 

@@ -94,8 +94,15 @@ def _logsumexp_rows(z: np.ndarray) -> np.ndarray:
 _BLOCK = 64
 #: terms whose total is below e^-_NEGLIGIBLE_LOG times the whole are bounded, not summed
 _NEGLIGIBLE_LOG = 50.0
-#: sides with at most this many points are summed in full (finding windows costs more)
-_WINDOW_MIN = 64 * _BLOCK
+#: sides with at most this many points are summed in full (finding windows costs more: a full
+#: pass over 4,485 / 8,969 points took 89 / 177 us at theta 2.6, the windowed one 220 / 348 us;
+#: windows pay on long sides at large tilts, e.g. 1.3 ms instead of 7 ms on 466,578 points at
+#: theta 30)
+_WINDOW_MIN = 256 * _BLOCK
+#: ... and :meth:`_Side.log_mgf_upper` takes all its rows over the whole side at once (grouped by
+#: block size) up to this many points: 24 Chernoff slopes on 35,870 / 96,458 points took 0.5 /
+#: 0.8 ms so, 3-5 ms row by row in windows
+_PRODUCT_ALL_MAX = 2**17
 #: the product form of :meth:`_Side.log_mgf_upper`: blocks of at most this many points ...
 _PRODUCT_BLOCK = 256
 #: ... and at least this many (smaller: the log-sum-exp path) ...
@@ -353,7 +360,8 @@ class _Side:
     def log_mgf_upper(self, theta) -> np.ndarray:
         """ln M(theta_j) rounded up, for many theta at once (Chernoff slopes; docs/MATH.md 4.3).
 
-        Over each theta's window (:meth:`_row_windows`), the terms m_i e^{t eps_i - c} are the
+        Over the whole side (up to _PRODUCT_ALL_MAX points) or each theta's window
+        (:meth:`_row_windows`), the terms m_i e^{t eps_i - c} are the
         products f_b g_k of a per-block factor f_b = e^{t eps_{i0 + bB} - c} and a per-offset one
         g_k = e^{t h k} (k < B, B a power of 2 <= 256 with |t| h B <= 50, so g never overflows):
         one exp per block and per offset, and a matrix-vector product, instead of one exp per
@@ -369,7 +377,8 @@ class _Side:
         n = self.logm.size
         if not np.all(np.isfinite(theta)):
             return self.log_mgf(theta)  # (+-inf: no rounding question)
-        if n <= _WINDOW_MIN:
+        whole = n <= _PRODUCT_ALL_MAX  # every row over the whole side (else each row's window)
+        if whole:
             i0 = np.zeros(theta.size, dtype=np.int64)
             i1 = np.full(theta.size, n, dtype=np.int64)
             rest = np.full(theta.size, -np.inf)
@@ -380,12 +389,12 @@ class _Side:
         # block sizes: the largest power of 2 <= _PRODUCT_BLOCK with |t| h B <= 50
         with np.errstate(divide="ignore"):
             B = np.minimum(_PRODUCT_BLOCK, 2.0 ** np.floor(np.log2(50.0 / np.maximum(np.abs(theta) * h, 1e-300))))
-            if n <= _WINDOW_MIN:  # (at least 4 blocks)
+            if whole:  # (at least 4 blocks)
                 B = np.minimum(B, 2.0 ** math.floor(math.log2(max(n / 4.0, 1.0))))
         B = B.astype(np.int64)
         out = np.full(theta.size, np.nan)
         shift = np.zeros(theta.size)  # the exponents' shift c of each row (for the allowance)
-        if n <= _WINDOW_MIN:  # one window for all rows: the rows of one block size together
+        if whole:  # one window for all rows: the rows of one block size together
             with np.errstate(invalid="ignore", over="ignore"):
                 cs = np.max(lb[None, :] + theta[:, None] * np.where(theta[:, None] >= 0, e_hi[None, :],
                                                                     e_lo[None, :]), axis=1)
@@ -417,7 +426,7 @@ class _Side:
                     out[j] = c + math.log(S) + 12.0 * _U + 1e-99
                     shift[j] = abs(c) + xs
         todo = np.nonzero(np.isnan(out))[0]
-        if n <= _WINDOW_MIN and todo.size:  # the log-sum-exp path, rows together
+        if whole and todo.size:  # the log-sum-exp path, rows together
             with np.errstate(invalid="ignore", over="ignore"):
                 out[todo] = _logsumexp_rows(self.logm[None, :] + theta[todo, None] * self.eps[None, :])
             shift[todo] = np.abs(out[todo]) + math.log(max(n, 1))
@@ -764,9 +773,10 @@ def _left_cut(ch: _Chernoff, theta: float, h: float, w_lo: int, w_hi: int, log_m
 MAX_TILT_EXPONENT = 1e6
 
 
-def _theta_cap(sides) -> float:
-    """Largest tilt used: 40 composed standard deviations' worth, and float-safe."""
-    m0, v0 = _moments(sides, 0.0)
+def _theta_cap(sides, moments0=None) -> float:
+    """Largest tilt used: 40 composed standard deviations' worth, and float-safe
+    (``moments0``: ``_moments(sides, 0.0)`` if the caller has it)."""
+    m0, v0 = _moments(sides, 0.0) if moments0 is None else moments0
     full = sum(max(abs(sd.eps[0]), abs(sd.eps[-1])) * sd.count for sd in sides)
     # the windows of useful tilts stay within ~60 standard deviations of the mean
     span = min(full, abs(m0) + 60.0 * math.sqrt(max(v0, 0.0))) + 1.0
@@ -784,7 +794,7 @@ def solve_tilt(plds, counts, target_eps: float, cut_scale: float | None = None) 
     m0, v0 = _moments(sides, 0.0)
     if target_eps <= m0:
         return 0.0
-    theta_max = _theta_cap(sides)
+    theta_max = _theta_cap(sides, (m0, v0))
     if _moments(sides, theta_max)[0] <= target_eps:
         return theta_max
     lo, hi = 0.0, theta_max
@@ -828,14 +838,15 @@ def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) ->
         return logm - t * mean - math.log(t * (1 + t)) - 0.5 * math.log(2 * math.pi * max(var, 1e-300)), var
 
     target = math.log(delta)
-    theta_max = _theta_cap(sides)
+    moments0 = _moments(sides, 0.0)
+    theta_max = _theta_cap(sides, moments0)
     lo, hi = 1e-6, math.inf
     if f(lo)[0] <= target:
         return 0.0
     # Newton's method on f (decreasing), safeguarded by the bracket [lo, hi]; slope
     # f'(t) = -t K''(t) - (1 + 2t) / (t (1 + t)) (the third cumulant's term left out); start
     # from the normal approximation K(t) - t K'(t) ~ -t^2 K''(0) / 2
-    v0 = _moments(sides, 0.0)[1]
+    v0 = moments0[1]
     t = min(max(math.sqrt(2.0 * max(-target, 1.0) / max(v0, 1e-300)), 2.0 * lo), theta_max)
     for _ in range(40):
         ft, var = f(t)
