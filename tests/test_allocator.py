@@ -75,3 +75,34 @@ def test_bad_switch_warns_at_import_and_fails_the_command():
     cli = subprocess.run([sys.executable, "-m", "pldlib", "epsilon", "--sigma", "1", "--delta", "1e-5"], env=env,
                          capture_output=True, text=True)
     assert cli.returncode == 2 and "PLDLIB_TUNE_MALLOC" in cli.stderr
+
+
+WORKER = """
+import resource, numpy as np
+from sweeps.methods import get_method, run_block
+spec = {"index": 0, "params": {"mechanism": "gaussian", "sigma": 1.0, "q": 0.01, "sampling": "poisson",
+        "relation": "add_remove", "method": "pld"}, "steps": [10], "deltas": [1e-5],
+        "options": get_method("pld").validate_options("options.pld", {})}
+out = run_block(spec)
+assert not out["failed"].any(), out["error"]
+a = np.ones(2**17); b = np.ones(2**17); del a, b
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    a = np.ones(2**17); b = np.ones(2**17)
+    del a, b
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 20)
+"""
+
+
+@glibc
+def test_sweep_blocks_tune_their_worker_under_dask_trim_threshold():
+    """A sweep worker starts with Dask's MALLOC_TRIM_THRESHOLD_=65536 (every free goes back to the
+    OS); its first block raises the thresholds in-process, unless PLDLIB_TUNE_MALLOC=0 there."""
+    def faults(tune):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        env.update(MALLOC_TRIM_THRESHOLD_="65536", PLDLIB_TUNE_MALLOC=tune)
+        out = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, check=True)
+        return float(out.stdout.split()[-1])
+
+    assert faults("0") > 200
+    assert faults("1") < 5
