@@ -302,6 +302,8 @@ class _Discretised:
         self._levels: dict = {}       # truncation tail -> [uppers, lowers] on truncated grids
         self._level_grids: dict = {}  # truncation tail -> [(upper grid, lower grid or None)]
         self._coarse: dict = {}       # truncation tail (None: whole) -> coarse pessimistic PLDs
+        self._carried: dict = {}      # truncation tail -> fine pessimistic PLDs carried to the coarse spacing
+        self._moments0 = None         # per component (mean, variance, p_inf) by quadrature; [] if none
 
     def _slots(self):
         return [self._whole, *self._levels.values()]
@@ -421,16 +423,15 @@ class _Discretised:
     def fine_coarsened(self, t: float | None = None) -> list:
         """The fine pessimistic PLDs (on grids truncated at ``t``) carried to spacing
         COARSE_FACTOR * h (:meth:`DiscretePLD.coarsened`): inputs of estimates only."""
-        cache = self.__dict__.setdefault("_fine_coarsened", {})
-        if t not in cache:
-            cache[t] = [p.coarsened(COARSE_FACTOR) for p in self.fine_uppers(t)]
-        return cache[t]
+        if t not in self._carried:
+            self._carried[t] = [p.coarsened(COARSE_FACTOR) for p in self.fine_uppers(t)]
+        return self._carried[t]
 
     def step_moments(self) -> list | None:
         """Per component: (mean, variance, P(L = inf)) of one step's loss under its pessimistic
         profile, from the profile's quadrature (:meth:`PrivacyProfile.loss_moments`, an
         estimate); None when a profile has none (then callers use coarse PLDs)."""
-        if not hasattr(self, "_step_moments"):
+        if self._moments0 is None:
             out = []
             for pu, _pl in self.pairs:
                 try:
@@ -438,11 +439,11 @@ class _Discretised:
                 except (ArithmeticError, ValueError):
                     m = None
                 if m is None:
-                    out = None
+                    out = []
                     break
                 out.append((m[0], m[1], float(pu.p_inf)))
-            self._step_moments = out
-        return self._step_moments
+            self._moments0 = out
+        return self._moments0 or None
 
 
 def _points(grids) -> float:
