@@ -163,6 +163,10 @@ def _product_sums(m: np.ndarray, starts: np.ndarray, h: float, t: np.ndarray, c:
 _LN2 = math.log(2.0)
 #: masses below e^_TINY_LOG (~1e-250) make :func:`_product_sums` scale their blocks
 _TINY_LOG = -575.0
+#: a block factor of :func:`_product_sums` that underflows (to 0 or a subnormal number) is off by
+#: at most 2^-1075 absolute, times its block's products (each scaled mass < 1, g <= e^50): at most
+#: 2^-1075 e^50 = 1.28e-302 per term, a relative 1.28e-102 per term of any sum S >= 1e-200
+_UNDERFLOW_PER_TERM = 1.3e-102
 
 
 class _Side:
@@ -369,8 +373,8 @@ class _Side:
         far ends), so no product overflows; blocks holding a mass below 1e-250 are scaled by a
         power of 2 first (:func:`_product_sums`), so no product that matters underflows.  Where
         the sum S is at least 1e-200 the result is c + ln S rounded up by :func:`_lmgf_slack`
-        plus 12 u (the product form; docs/MATH.md 4.3) and 1e-99 (block factors below the
-        smallest normal number carry absolute error <= 2^-1074 e^50 per unit mass); other rows,
+        plus 12 u (the product form; docs/MATH.md 4.3) and 1.3e-102 per term summed (block
+        factors below the smallest normal number: _UNDERFLOW_PER_TERM); other rows,
         and |t| h > 50/8, take the log-sum-exp path of :meth:`log_mgf` rounded up by the same
         allowance.  Skipped terms enter through their upper bound, as there."""
         theta = np.atleast_1d(np.asarray(theta, dtype=float))
@@ -407,7 +411,7 @@ class _Side:
                 S, xs = _product_sums(self.masses, self.eps[::Bv], h, t, c, Bv, scale=bool(self._tiny.any()))
                 ok = (S >= _BATCH_MIN_SUM) & np.isfinite(S)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    out[rows[ok]] = c[ok] + np.log(S[ok]) + 12.0 * _U + 1e-99
+                    out[rows[ok]] = c[ok] + np.log(S[ok]) + 12.0 * _U + (n + Bv) * _UNDERFLOW_PER_TERM
                 shift[rows] = np.abs(c) + xs
         else:
             for j in range(theta.size):
@@ -423,7 +427,7 @@ class _Side:
                                       scale=bool(self._tiny[ba:bb].any()))
                 S = float(S[0])
                 if S >= _BATCH_MIN_SUM and math.isfinite(S):
-                    out[j] = c + math.log(S) + 12.0 * _U + 1e-99
+                    out[j] = c + math.log(S) + 12.0 * _U + (b - a + Bv) * _UNDERFLOW_PER_TERM
                     shift[j] = abs(c) + xs
         todo = np.nonzero(np.isnan(out))[0]
         if whole and todo.size:  # the log-sum-exp path, rows together
