@@ -396,7 +396,7 @@ class MixtureProfile(PrivacyProfile):
         lo_l, hi_l = self.support_edges()
         want_lo, want_hi = want_lo and bool(np.isinf(lo_l)), want_hi and bool(np.isinf(hi_l))
         lo, hi = -math.inf, math.inf
-        if getattr(self.noise, "isf", None) is not None and self.p_inf == 0.0 and 0.0 < tail < 1e-3:
+        if getattr(self.noise, "scalar_tail", None) is not None and self.p_inf == 0.0 and 0.0 < tail < 1e-3:
             pw, ps, *_ = self._sides()
             # {L' > eps} is {x > x_eps} (a sf of x - c) unless reversed ({x < x_{-eps}}: a cdf)
             # (like the generic search, the ends are never on the far side of 0: a law whose mass
@@ -414,12 +414,13 @@ class MixtureProfile(PrivacyProfile):
         return lo, hi
 
     def _x_end(self, weights, shifts, tail: float, right: bool) -> float:
-        """For a noise with ``isf``/``icdf``: the output x beyond which the mixture sum_i w_i B_{c_i}
-        has mass <= tail (``right``: the smallest x with sum_i w_i sf(x - c_i) <= tail; else the
-        largest x with sum_i w_i cdf(x - c_i) <= tail), to ~4e-7 of the noise scale, on the safe
-        side.  Bracketed in closed form (each term at tail / k, k terms: the sum is <= tail; one
-        term at tail: it is >= tail), then three 64-point refinements (or, for a noise with
-        ``scalar_tail``, bisection to 1e-7 of its ``scale``).  NaN if it cannot bracket."""
+        """For a noise with ``isf``/``icdf`` and ``scalar_tail``: the output x beyond which the
+        mixture sum_i w_i B_{c_i} has mass <= tail (``right``: the smallest x with sum_i w_i
+        sf(x - c_i) <= tail; else the largest x with sum_i w_i cdf(x - c_i) <= tail), to 1e-7 of
+        the noise's ``scale``, on the safe side.  Bracketed in closed form (each term at tail / k,
+        k terms: the sum is <= tail; one term at tail: it is >= tail), then bisected on Python
+        floats (~1 us per step where a numpy call costs ~10 us); the caller checks the end with
+        the profile's own functions.  NaN if it cannot bracket."""
         n = self.noise
         w = [(float(a), float(c)) for a, c in zip(weights, shifts) if a > 0]
         k = len(w)
@@ -427,36 +428,20 @@ class MixtureProfile(PrivacyProfile):
             return math.nan
         sign = 1.0 if right else -1.0
         inv = n.isf if right else n.icdf
-        fn = n.sf if right else n.cdf
         # safe (sum <= tail) and unsafe (sum >= tail) ends, as sign * x
         safe = max(sign * (c + float(inv(tail / (k * a)))) for a, c in w)
         unsafe = max(sign * (c + float(inv(tail / a))) for a, c in w)
         if not (math.isfinite(safe) and math.isfinite(unsafe)) or unsafe > safe:
             return math.nan
-        scalar = getattr(n, "scalar_tail", None)
-        if scalar is not None:
-            # bisection on Python floats (~1 us per step where a numpy call costs ~10 us), to
-            # 1e-7 of the noise scale; the caller checks the end with the profile's own functions
-            f1, tol = scalar(right), 1e-7 * n.scale
-            for _ in range(200):
-                if not safe - unsafe > tol:
-                    break
-                mid = 0.5 * (unsafe + safe)
-                if sum(a * f1(sign * mid - c) for a, c in w) <= tail:
-                    safe = mid
-                else:
-                    unsafe = mid
-            return sign * safe
-        wa = np.array([a for a, _ in w])[:, None]
-        wc = np.array([c for _, c in w])[:, None]
-        for _ in range(3):
-            pts = unsafe + (safe - unsafe) * np.arange(1, 65) / 64.0
-            with np.errstate(under="ignore"):
-                # (all terms in one call; summed in order, as sum() over the terms would)
-                mass = np.sum(wa * fn(sign * pts[None, :] - wc), axis=0) if k > 1 else wa[0] * fn(sign * pts - wc[0])
-            ok = mass <= tail
-            j = int(np.argmax(ok)) if ok.any() else 63
-            safe, unsafe = float(pts[j]), float(pts[j - 1]) if j > 0 else unsafe
+        f1, tol = n.scalar_tail(right), 1e-7 * n.scale
+        for _ in range(200):
+            if not safe - unsafe > tol:
+                break
+            mid = 0.5 * (unsafe + safe)
+            if sum(a * f1(sign * mid - c) for a, c in w) <= tail:
+                safe = mid
+            else:
+                unsafe = mid
         return sign * safe
 
     def _checked(self, x: float, tail: float, hi_end: bool) -> float:
