@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator", "environ", "enabled"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator", "release_free_memory", "environ", "enabled"]
 
 #: blocks up to this size come from the heap (glibc's adaptive threshold stops at 32 MiB)
 MMAP_THRESHOLD = 64 * 2**20
@@ -42,7 +43,9 @@ def _check(name: str, value) -> int:
     return value
 
 
+@functools.lru_cache(maxsize=1)
 def _libc():
+    """glibc, loaded once; None elsewhere (other platforms, musl)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -66,6 +69,16 @@ def tune_allocator(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = T
         return False
     ok = libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(min(mmap_threshold, 2**31 - 1))) == 1
     return ok and libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(min(trim_threshold, 2**31 - 1))) == 1
+
+
+def release_free_memory() -> bool:
+    """Hand the free memory of every malloc arena back to the OS (glibc ``malloc_trim(0)``);
+    False where the C library is not glibc (nothing happens there)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
 
 
 def environ(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> dict:

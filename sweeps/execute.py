@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+from pldlib import allocator
 
 from .config import SweepConfig, check_store_writable, load_config
 from .lease import HEARTBEAT, STALE_AFTER, Lease
@@ -99,8 +100,8 @@ def _default_workers() -> int:
     return max(1, int(dask.system.CPU_COUNT))
 
 
-#: glibc's mmap threshold for the embedded workers' NumPy temporaries (bytes)
-MMAP_THRESHOLD = 64 * 2**20
+#: glibc's mmap threshold for the embedded workers' NumPy temporaries (bytes; the allocator's)
+MMAP_THRESHOLD = allocator.MMAP_THRESHOLD
 
 
 def _worker_environ() -> dict:

@@ -436,27 +436,14 @@ _TUNED = None
 
 
 def _trim_heap() -> None:
-    """Hand the heap memory a block freed back to the OS (glibc ``malloc_trim``; a no-op
-    elsewhere).  The embedded workers take arrays up to 64 MB from the heap
-    (:data:`sweeps.execute.MMAP_THRESHOLD`); freed, they stay in the process, fragmented
+    """Hand the heap memory a block freed back to the OS (:func:`pldlib.allocator.release_free_memory`,
+    glibc ``malloc_trim``; a no-op elsewhere).  Workers take arrays up to 64 MB from the heap
+    (:data:`pldlib.allocator.MMAP_THRESHOLD`); freed, they stay in the process, fragmented
     across threads' arenas, and after a few large PLD rows (8.5 GB measured after one atlas
     row at sigma 0.56, q 2e-4) Dask would see unmanaged memory and pause the worker for good."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            import ctypes
-            import ctypes.util
+    from pldlib import allocator
 
-            name = ctypes.util.find_library("c")
-            lib = ctypes.CDLL(name) if name else False
-            _LIBC = lib if lib and hasattr(lib, "malloc_trim") else False
-        except OSError:
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC = None
+    allocator.release_free_memory()
 
 
 def _tpr_cells(tpr, tshape):
