@@ -413,3 +413,90 @@ def test_coarsened_pld_is_connect_the_dots_of_its_own_curve(start, shift):
         assert float(mp_curve(c.masses, ec, 0.02, e)) == pytest.approx(float(want), rel=1e-12, abs=1e-15)
     for e in np.linspace(ef[0] - 0.05, ef[-1] + 0.05, 157):
         assert mp_curve(c.masses, ec, 0.02, e) >= mp_curve(m, ef, 0.02, e) - 1e-15
+
+
+# ----------------------------------------------------------------------------
+# connect the dots at some grid points only (docs/MATH.md 3.1)
+# ----------------------------------------------------------------------------
+def mp_chord(r, a, b, e):
+    """The true Gaussian curve's chord between a and b, linear in e^eps, at e (mpmath)."""
+    with mp.workdps(DPS):
+        a, b, e = mp.mpf(a), mp.mpf(b), mp.mpf(e)
+        da, db = gauss_delta(r, a), gauss_delta(r, b)
+        return da + (db - da) * (mp.exp(e) - mp.exp(a)) / (mp.exp(b) - mp.exp(a))
+
+
+@pytest.mark.parametrize("sigma,h,seed", [(1.0, 0.02, 0), (0.5, 0.05, 1), (3.0, 0.01, 2)])
+def test_connect_the_dots_on_kept_points_interpolates_there_and_follows_the_chords_between(sigma, h, seed):
+    """keep=: the curve equals the true curve at the points kept and, between two of them, is
+    the true curve's chord linear in e^eps (so above the truth, and above the curve of the whole
+    grid); the masses sit on the kept points only and keep total 1; keeping every point gives
+    the whole grid's numbers exactly."""
+    prof = GaussianProfile(sigma)
+    r = 1.0 / sigma
+    g = grid_for(prof, h, 1e-12)
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([[0], np.flatnonzero(rng.random(g.n - 1) < 0.25) + 1, [g.n]])
+    full = connect_the_dots(prof, g)
+    same = connect_the_dots(prof, g, keep=np.arange(g.n + 1))
+    assert same.start == full.start and np.array_equal(same.masses, full.masses)
+    assert np.array_equal(same.mass_err, full.mass_err) and same.p_inf == full.p_inf
+    thin = connect_the_dots(prof, g, keep=keep)
+    m, err = full_masses(thin, g)
+    left_out = np.setdiff1d(np.arange(g.n + 1), keep)
+    assert np.all(m[left_out] == 0) and np.all(err[left_out] == 0)
+    assert math.fsum(m) + thin.p_inf == pytest.approx(1.0, abs=1e-12)
+    eps = g.eps
+    for i in keep[np.unique(np.linspace(0, keep.size - 1, 25).astype(int))]:
+        v, t = float(thin.delta(eps[i])), gauss_delta(r, eps[i])
+        assert v >= t * (1 - 1e-14) - 1e-16 and v - t <= 1e-10 * t + 1e-14, (eps[i], v, t)
+    for i in left_out[np.unique(np.linspace(0, left_out.size - 1, 40).astype(int))]:
+        j = np.searchsorted(keep, i)
+        a, b = eps[keep[j - 1]], eps[keep[j]]
+        for e in (eps[i], eps[i] + 0.5 * h):
+            v, want = float(thin.delta(e)), mp_chord(r, a, b, min(e, b))
+            assert v >= want * (1 - 1e-13) - 1e-16 and v - want <= 1e-10 * want + 1e-14, (e, v, want)
+            assert v >= float(full.delta(e)) * (1 - 1e-13) - 1e-16
+    for bad in (keep[1:], keep[:-1], keep[::-1], np.array([0, 3, 3, g.n])):
+        with pytest.raises(ValueError, match="keep"):
+            connect_the_dots(prof, g, keep=bad)
+
+
+def test_kept_points_leave_out_only_cells_of_little_tilted_mass():
+    """kept_points: both ends and every 8th lattice point are kept; a coarse cell loses points
+    only when both its ends are among the coarse points that together carry at most ``rel`` of
+    the tilted mass exp(theta eps) m (summed in mpmath); the cells at the tilted law's peak are
+    whole; lattices that do not line up, negative tilts and keeping most points give None."""
+    from pldlib.pld.discretize import kept_points
+
+    prof = GaussianProfile(1.5)
+    h, theta, rel = 2e-3, 1.3, 1e-4
+    g = grid_for(prof, h, 1e-12)
+    coarse = connect_the_dots(prof, grid_for(prof, 8 * h, 1e-12))
+    keep = kept_points(g, coarse, theta, rel)
+    assert keep is not None and keep[0] == 0 and keep[-1] == g.n and np.all(np.diff(keep) > 0)
+    lattice = np.arange(g.n + 1)[(g.start + np.arange(g.n + 1)) % 8 == 0]
+    assert np.isin(lattice, keep).all()
+    assert keep.size < 0.7 * (g.n + 1)  # (61% here)
+    kept = np.zeros(g.n + 1, dtype=bool)
+    kept[keep] = True
+    ce = coarse.eps_grid
+    with mp.workdps(DPS):
+        tilted = [mp.mpf(float(mj)) * mp.exp(mp.mpf(theta) * mp.mpf(float(e))) for mj, e in zip(coarse.masses, ce)]
+        total = mp.fsum(tilted)
+    ends = set()
+    for i in np.flatnonzero(~kept):
+        c = (g.start + i) // 8 - coarse.start  # the coarse cell (c, c + 1) holding grid point i
+        ends.update((c, c + 1))
+    with mp.workdps(DPS):
+        assert mp.fsum(tilted[c] for c in ends if 0 <= c < len(tilted)) <= rel * total
+    peak = int(np.argmax([float(t) for t in tilted]))
+    for c in (peak - 1, peak):  # the two cells beside the peak
+        lo_i, hi_i = 8 * (coarse.start + c) - g.start, 8 * (coarse.start + c + 1) - g.start
+        assert kept[max(lo_i, 0): min(hi_i, g.n) + 1].all()
+    assert kept_points(g, coarse, -0.5, rel) is None
+    assert kept_points(g, coarse, theta, 1e-300) is None  # (everything kept: no thinning)
+    g_off = Grid(h=g.h, start=g.start, n=g.n, offset=0.3 * h)
+    assert kept_points(g_off, coarse, theta, rel) is None
+    odd = connect_the_dots(prof, grid_for(prof, 7.5 * h, 1e-12))
+    assert kept_points(g, odd, theta, rel) is None

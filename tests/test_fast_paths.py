@@ -326,3 +326,35 @@ def test_cell_errors_single_switch_equals_the_two_sided_form():
         np.testing.assert_array_equal(cell_errors(s, c, p), reference(s, c, p))
     for v in [0.0, 1e-300, 3e-17, 0.25, 0.5, 0.999]:  # scalars and arrays agree
         assert float(value_error(v)) == float(value_error(np.array([v]))[0])
+
+
+def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
+    """Upper-only eps(delta) on grids of >= THIN_FROM points connects the dots only where the
+    tilted law carries mass (kept_points): the fine PLDs of the whole grid are never built; the
+    answer brackets the mpmath truth, is not below the whole grid's answer (beyond round-off) and
+    within 1e-7 of it; and it does not depend on what earlier queries built."""
+    import pldlib
+    import pldlib.pld.accountant as A
+    from pldlib.testing.truth import epsilon_gaussian
+
+    sigma, q, steps, delta, h = 1.0, 0.01, 10000, 1e-5, 1e-4  # (the DP-SGD headline)
+    truth = float(epsilon_gaussian(delta, sigma, steps, q=q, direction="remove"))
+    mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation="remove")
+    acc = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
+    got = acc.epsilon(delta)
+    (st,) = acc._branches
+    assert st.source._thinned and not st.source.uppers_built
+    (_serial, (pld,)), = st.source._thinned.values()
+    g = st.source._grids_at(st.source.level_for(A._cut_scale(np.array([delta])), st.counts))[0][0]
+    assert np.count_nonzero(pld.masses) < 0.75 * (g.n + 1)
+    assert truth <= got.upper <= truth * (1 + 1e-5)
+    # after other queries (other tilts, other thinned PLDs), the same answer
+    again = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
+    again.epsilon(1e-9)
+    again.epsilon(np.array([1e-3, 1e-7]))
+    assert again.epsilon(delta).upper == got.upper
+    monkeypatch.setattr(A, "THIN_FROM", 10**9)
+    whole = pldlib.account(mech, steps=steps, interval=h, lower_bound=False).epsilon(delta)
+    # (the curve is above the whole grid's; the certified answers differ also by their tilts' round-off
+    # allowances, ~1e-11 here)
+    assert whole.upper * (1 - 1e-9) <= got.upper <= whole.upper * (1 + 1e-7)

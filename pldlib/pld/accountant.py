@@ -30,7 +30,8 @@ from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, a
 from .schedule import GROUP_RATIO, EpochStep, GroupedStep, epoch_components, group_schedule
 from .compose import (CUT_REL, DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt,
                       solve_tilt)
-from .discretize import Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, privacy_buckets
+from .discretize import (Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, kept_points,
+                         privacy_buckets)
 from ..profiles.base import loss_range
 
 __all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
@@ -70,6 +71,13 @@ AUTO_STEP_POINTS = 2**18
 
 #: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h
 COARSE_FACTOR = 8
+#: an upper-only accountant's eps(delta) query connects the dots of a branch of at most THIN_MAX_COMPONENTS
+#: components at the points that matter at its tilt only (:func:`kept_points`, docs/MATH.md 3.1)
+#: when its grids have at least THIN_FROM points (a coarse PLD is built first to choose them)
+THIN_FROM = 4096
+THIN_MAX_COMPONENTS = 4
+#: thinned PLD lists kept per discretisation (each for one set of points; the oldest is dropped)
+THIN_CACHE = 8
 #: from this many distinct components on, every branch is composed in full (no coarse screening:
 #: its discretisations would cost more than the branch it might skip)
 SCREEN_MAX_COMPONENTS = 32
@@ -304,6 +312,8 @@ class _Discretised:
         self._coarse: dict = {}       # truncation tail (None: whole) -> coarse pessimistic PLDs
         self._carried: dict = {}      # truncation tail -> fine pessimistic PLDs carried to the coarse spacing
         self._moments0 = None         # per component (mean, variance, p_inf) by quadrature; [] if none
+        self._thinned: dict = {}      # (tail, points kept per component) -> (serial, thinned pessimistic PLDs)
+        self._serial = 0
 
     def _slots(self):
         return [self._whole, *self._levels.values()]
@@ -426,6 +436,35 @@ class _Discretised:
         if t not in self._carried:
             self._carried[t] = [p.coarsened(COARSE_FACTOR) for p in self.fine_uppers(t)]
         return self._carried[t]
+
+    def thinnable(self, t: float | None) -> bool:
+        """Whether :meth:`thinned_uppers` may pay on grids truncated at ``t``."""
+        return (self.discretisation == "connect_the_dots" and len(self.pairs) <= THIN_MAX_COMPONENTS
+                and min(gu.n for gu, _ in self._grids_at(t)) >= THIN_FROM)
+
+    def thinned_uppers(self, t: float | None, theta: float) -> tuple[int, list] | None:
+        """(serial, pessimistic PLDs) connecting the dots only at the points that matter for a
+        composition tilted by ``theta`` (:func:`kept_points`, chosen from :meth:`coarse`), on
+        grids truncated at ``t``; None when it does not pay (few points, many components, no
+        connect-the-dots, or most points needed): then :meth:`fine_uppers` serve.  The points
+        depend on ``t`` and ``theta`` alone, so a query's answer never depends on what earlier
+        queries built; the serial names the list for caches of its compositions."""
+        if not self.thinnable(t):
+            return None
+        grids = self._grids_at(t)
+        keeps = [kept_points(gu, c, theta) for (gu, _), c in zip(grids, self.coarse(t))]
+        if all(k is None for k in keeps):
+            return None
+        key = (t, tuple(None if k is None else k.tobytes() for k in keeps))
+        hit = self._thinned.pop(key, None)
+        if hit is None:
+            self._serial += 1
+            hit = (self._serial, [connect_the_dots(pu, gu, keep=k) for (pu, _), (gu, _), k
+                                  in zip(self.pairs, grids, keeps)])
+        self._thinned[key] = hit  # (most recently used last)
+        while len(self._thinned) > THIN_CACHE:
+            self._thinned.pop(next(iter(self._thinned)))
+        return hit
 
     def step_moments(self) -> list | None:
         """Per component: (mean, variance, P(L = inf)) of one step's loss under its pessimistic
@@ -1034,11 +1073,17 @@ class PLDAccountant(Accountant):
 
     # -- composition with caching -----------------------------------------
     def _compose(self, st: _BranchState, theta: float, eps_from=None, cut_scale=None,
-                 lower: bool = True) -> Composition:
+                 lower: bool = True, thinned=None) -> Composition:
         """The branch's composition at tilt ``theta`` (cached); ``lower=False``: the pessimistic
-        side alone is needed (a cached two-sided composition serves it too)."""
+        side alone is needed (a cached two-sided composition serves it too).  ``thinned``:
+        (serial, PLDs) of :meth:`_Discretised.thinned_uppers` to compose instead of the fine
+        pessimistic PLDs (pessimistic side only)."""
         key = (round(theta, 12), eps_from, cut_scale)
         lower = lower and not self.upper_only
+        if thinned is not None:
+            if lower:
+                raise ValueError("thinned PLDs serve the pessimistic side alone")
+            key = key + ("thinned", thinned[0])
         if not lower and not self.upper_only:
             if key in st.cache:
                 return st.cache[key]
@@ -1046,7 +1091,8 @@ class PLDAccountant(Accountant):
         if key not in st.cache:
             t = time.perf_counter()
             try:
-                comp = compose(st.uppers_at(cut_scale), st.lowers_at(cut_scale) if lower else None, st.counts,
+                uppers = st.uppers_at(cut_scale) if thinned is None else thinned[1]
+                comp = compose(uppers, st.lowers_at(cut_scale) if lower else None, st.counts,
                                theta=theta, eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
             except GridTooLargeError as e:
                 if e.need is not None and e.need <= self._bins(memory_only=True):
@@ -1058,8 +1104,9 @@ class PLDAccountant(Accountant):
             st.cache[key] = comp
         return st.cache[key]
 
-    def _tilt_for(self, st, eps_target, cut_scale=None) -> float:
-        return solve_tilt(st.uppers_at(cut_scale), st.counts, float(eps_target), cut_scale)
+    def _tilt_for(self, st, eps_target, cut_scale=None, thinned=None) -> float:
+        plds = st.uppers_at(cut_scale) if thinned is None else thinned[1]
+        return solve_tilt(plds, st.counts, float(eps_target), cut_scale)
 
     # -- eps(delta) -------------------------------------------------------
     @staticmethod
@@ -1076,7 +1123,7 @@ class PLDAccountant(Accountant):
         # below valid_from the lower curve says nothing
         return np.where(out < comp.valid_from, -np.inf, out)
 
-    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None, eps_of=None, lower=True):
+    def _retilt(self, st, x, theta, evaluate, propose, cut_scale=None, eps_of=None, lower=True, thinned=None):
         """The re-tilt loop of both queries (docs/MATH.md section 5.1).
 
         Compose at tilt ``theta``; ``evaluate(comp, x, share)`` gives (upper, lower, round-off
@@ -1090,16 +1137,16 @@ class PLDAccountant(Accountant):
         less than 5%: the round-off share would barely change.  Past the time budget the
         loop stops with the answers it has when each is certifiable (share below
         REFUSE_SHARE; flagged accuracy-limited).  ``lower=False``: pessimistic side only (the
-        lower answers are then -inf / 0).
+        lower answers are then -inf / 0); ``thinned``: composing those PLDs (:meth:`_compose`).
         """
         n = x.size
         up = np.full(n, np.nan)
         lo = np.full(n, np.nan)
         share = np.full(n, np.inf)
         try:
-            comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower)
+            comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower, thinned=thinned)
         except UntiltError:  # the tilt cannot be undone in floating point: start untilted
-            comp = self._compose(st, 0.0, cut_scale=cut_scale, lower=lower)
+            comp = self._compose(st, 0.0, cut_scale=cut_scale, lower=lower, thinned=thinned)
         tried = [comp.theta]
         todo = np.arange(n)
         for _attempt in range(12):
@@ -1117,7 +1164,7 @@ class PLDAccountant(Accountant):
                 break
             tried.append(theta)
             try:
-                comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower)
+                comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower, thinned=thinned)
             except UntiltError:
                 break  # the answers found so far stand; the rest is refused by the caller
             except TimeBudgetError:
@@ -1141,20 +1188,28 @@ class PLDAccountant(Accountant):
                     better)
 
         cut = _cut_scale(deltas)  # far tails below 1e-12 of the smallest delta are cut
+        # the first tilt needs no precision: estimated on the fine PLDs carried to the coarse
+        # spacing, or, for an upper-only accountant on large grids, on coarse PLDs that also
+        # choose where the fine ones connect their dots (docs/MATH.md 3.1)
+        thinned = None
+        if self.upper_only and st.source.thinnable(level := st.source.level_for(cut, st.counts)):
+            theta0 = _estimated_tilt(st, st.coarse_at(cut), float(deltas.min()), cut)
+            thinned = st.source.thinned_uppers(level, theta0)
+        tilt_plds = (lambda: st.coarse_at(cut)) if thinned is not None else (lambda: _tilt_plds(st, cut))
 
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
-            return (self._tilt_for(st, up[j], cut) if np.isfinite(up[j])
-                    else _estimated_tilt(st, _tilt_plds(st, cut), float(deltas[j]), cut))
+            return (self._tilt_for(st, up[j], cut, thinned) if np.isfinite(up[j])
+                    else _estimated_tilt(st, tilt_plds(), float(deltas[j]), cut))
 
         # start tilted at the smallest delta's estimated answer (one composition often serves all)
-        # (the tilt needs no precision: estimated on the fine PLDs carried to the coarse spacing)
         def eps_of(todo, up):
             u = np.abs(up[todo])
             return np.max(u[np.isfinite(u)], initial=1.0)
 
-        lo, up, share = self._retilt(st, deltas, _estimated_tilt(st, _tilt_plds(st, cut), float(deltas.min()), cut),
-                                     evaluate, propose, cut_scale=cut, eps_of=eps_of, lower=lower)
+        lo, up, share = self._retilt(st, deltas, _estimated_tilt(st, tilt_plds(), float(deltas.min()), cut),
+                                     evaluate, propose, cut_scale=cut, eps_of=eps_of, lower=lower,
+                                     thinned=thinned)
         bad = ~(share < REFUSE_SHARE)
         if bad.any():
             j = np.nonzero(bad)[0][0]
