@@ -466,7 +466,7 @@ def test_kept_points_leave_out_only_cells_of_little_tilted_mass():
     """kept_points: both ends and every 8th lattice point are kept; a coarse cell loses points
     only when both its ends are among the coarse points that together carry at most ``rel`` of
     the tilted mass exp(theta eps) m (summed in mpmath); the cells at the tilted law's peak are
-    whole; lattices that do not line up, negative tilts and keeping most points give None."""
+    whole; lattices that do not line up and negative tilts give None."""
     from pldlib.pld.discretize import kept_points
 
     prof = GaussianProfile(1.5)
@@ -495,7 +495,7 @@ def test_kept_points_leave_out_only_cells_of_little_tilted_mass():
         lo_i, hi_i = 8 * (coarse.start + c) - g.start, 8 * (coarse.start + c + 1) - g.start
         assert kept[max(lo_i, 0): min(hi_i, g.n) + 1].all()
     assert kept_points(g, coarse, -0.5, rel) is None
-    assert kept_points(g, coarse, theta, 1e-300) is None  # (everything kept: no thinning)
+    assert np.array_equal(kept_points(g, coarse, theta, 1e-300), np.arange(g.n + 1))
     g_off = Grid(h=g.h, start=g.start, n=g.n, offset=0.3 * h)
     assert kept_points(g_off, coarse, theta, rel) is None
     odd = connect_the_dots(prof, grid_for(prof, 7.5 * h, 1e-12))

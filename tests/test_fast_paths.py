@@ -335,6 +335,7 @@ def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
     within 1e-7 of it; and it does not depend on what earlier queries built."""
     import pldlib
     import pldlib.pld.accountant as A
+    from pldlib.pld.discretize import connect_the_dots
     from pldlib.testing.truth import epsilon_gaussian
 
     sigma, q, steps, delta, h = 1.0, 0.01, 10000, 1e-5, 1e-4  # (the DP-SGD headline)
@@ -344,9 +345,13 @@ def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
     got = acc.epsilon(delta)
     (st,) = acc._branches
     assert st.source._thinned and not st.source.uppers_built
-    (_serial, (pld,)), = st.source._thinned.values()
+    ((_t, (kept,)), (_serial, (pld,))), = st.source._thinned.items()
     g = st.source._grids_at(st.source.level_for(A._cut_scale(np.array([delta])), st.counts))[0][0]
     assert np.count_nonzero(pld.masses) < 0.75 * (g.n + 1)
+    # (the cached PLD is connect-the-dots at the points it names)
+    fresh = connect_the_dots(st.source.pairs[0][0], g, keep=np.frombuffer(kept, dtype=np.int64))
+    assert fresh.start == pld.start and np.array_equal(fresh.masses, pld.masses)
+    assert np.array_equal(fresh.mass_err, pld.mass_err)
     assert truth <= got.upper <= truth * (1 + 1e-5)
     # after other queries (other tilts, other thinned PLDs), the same answer
     again = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
