@@ -494,6 +494,11 @@ def test_kept_points_leave_out_only_cells_of_little_tilted_mass():
     for c in (peak - 1, peak):  # the two cells beside the peak
         lo_i, hi_i = 8 * (coarse.start + c) - g.start, 8 * (coarse.start + c + 1) - g.start
         assert kept[max(lo_i, 0): min(hi_i, g.n) + 1].all()
+    from pldlib.pld.discretize import lattice_points
+
+    for start, n in [(-37, 3), (8, 0), (5, 2), (-16, 17), (3, 40)]:  # (no lattice point, one, several)
+        want = sorted({0, n} | {i for i in range(n + 1) if (start + i) % 8 == 0})
+        assert lattice_points(Grid(h=h, start=start, n=n), 8).tolist() == want
     assert kept_points(g, coarse, -0.5, rel) is None
     assert np.array_equal(kept_points(g, coarse, theta, 1e-300), np.arange(g.n + 1))
     g_off = Grid(h=g.h, start=g.start, n=g.n, offset=0.3 * h)

@@ -228,6 +228,8 @@ def lattice_points(grid: Grid, k: int) -> np.ndarray:
     """Indices of the grid points on the lattice of every k-th point ((start + i) % k == 0) and
     of both ends."""
     idx = np.arange((-grid.start) % k, grid.n + 1, k, dtype=np.int64)
+    if idx.size == 0:
+        return np.array([0, grid.n], dtype=np.int64) if grid.n > 0 else np.zeros(1, dtype=np.int64)
     head, tail = idx[0] != 0, idx[-1] != grid.n
     if not (head or tail):
         return idx
