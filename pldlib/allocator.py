@@ -12,10 +12,10 @@ Dask's workers set MALLOC_TRIM_THRESHOLD_=65536, which returns every freed block
 :func:`tune_allocator` raises both thresholds for the current process (``mallopt``; glibc
 only, a no-op elsewhere), :func:`environ` gives the same settings as environment variables
 for child processes.  Freed memory up to the trim threshold then stays with the process
-instead of going back to the OS; answers are unchanged.  pldlib's own processes (the
-``pldlib`` and ``sweeps`` commands, the sweep workers, the benchmarks) apply it unless
-``PLDLIB_TUNE_MALLOC=0``; ``import pldlib`` applies it only with ``PLDLIB_TUNE_MALLOC=1``
-(a library should not change its host process's allocator unasked).
+instead of going back to the OS; answers are unchanged.  The ``pldlib`` command and the
+sweep workers (at their first block) apply it unless ``PLDLIB_TUNE_MALLOC=0``; ``import
+pldlib`` applies it only with ``PLDLIB_TUNE_MALLOC=1`` (a library should not change its host
+process's allocator unasked), so the benchmarks, which import pldlib, run untuned unless asked.
 """
 from __future__ import annotations
 

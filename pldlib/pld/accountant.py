@@ -1194,12 +1194,15 @@ class PLDAccountant(Accountant):
         cut = _cut_scale(deltas)  # far tails below 1e-12 of the smallest delta are cut
         # the first tilt needs no precision: estimated on the fine PLDs carried to the coarse
         # spacing, or, for an upper-only accountant on large grids, on coarse PLDs that also
-        # choose where the fine ones connect their dots (docs/MATH.md 3.1)
-        thinned = None
+        # choose where the fine ones connect their dots (docs/MATH.md 3.1; built, they serve the
+        # estimates even where the fine PLDs end up whole)
+        thinned = coarse = None
         if self.upper_only and st.source.thinnable(level := st.source.level_for(cut, st.counts)):
-            theta0 = _estimated_tilt(st, st.coarse_at(cut), float(deltas.min()), cut)
-            thinned = st.source.thinned_uppers(level, theta0)
-        tilt_plds = (lambda: st.coarse_at(cut)) if thinned is not None else (lambda: _tilt_plds(st, cut))
+            coarse = st.coarse_at(cut)
+            thinned = st.source.thinned_uppers(level, _estimated_tilt(st, coarse, float(deltas.min()), cut))
+
+        def tilt_plds():
+            return coarse if coarse is not None else _tilt_plds(st, cut)
 
         def propose(todo, up):  # tilt at the pending answer with the smallest delta
             j = todo[np.argmin(deltas[todo])]
