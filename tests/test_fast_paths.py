@@ -363,3 +363,45 @@ def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
     # (the curve is above the whole grid's; the certified answers differ also by their tilts' round-off
     # allowances, ~1e-11 here)
     assert whole.upper * (1 - 1e-9) <= got.upper <= whole.upper * (1 + 1e-7)
+
+
+def test_cheap_plds_on_fine_grids_keep_their_spacing(monkeypatch):
+    """On fine grids the cheap pessimistic PLDs (screens, tilt estimates, points to connect) are
+    at k h with k = 8 doubled while the smallest grid keeps >= COARSE_POINTS points per cheap
+    point (checked against that definition written out); the certified answers at h/8 of the
+    headline (add_remove: the other direction screened) bracket the mpmath truth, the other
+    direction is still skipped, and they are within 1e-8 of the answers with k = 8."""
+    import pldlib
+    import pldlib.pld.accountant as A
+    from pldlib.testing.truth import epsilon_gaussian
+
+    sigma, q, steps, delta, h = 1.0, 0.01, 10000, 1e-5, 1.25e-5
+    mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation="add_remove")
+
+    def run():
+        calls = []
+        orig = A.PLDAccountant._branch_epsilon
+        monkeypatch.setattr(A.PLDAccountant, "_branch_epsilon",
+                            lambda self, st, d, lower=True: calls.append(st.label) or orig(self, st, d, lower))
+        acc = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
+        got = acc.epsilon(delta).upper
+        monkeypatch.setattr(A.PLDAccountant, "_branch_epsilon", orig)
+        return acc, got, calls
+
+    acc, got, calls = run()
+    cut = A._cut_scale(np.array([delta]))
+    for st in acc._branches:
+        t = st.source.level_for(cut, st.counts)
+        n = min(g.n for g, _ in st.source._grids_at(t))
+        ks = [8 * 2**j for j in range(12) if n // (8 * 2**j) >= A.COARSE_POINTS]
+        assert st.source.coarse_factor(t) == max(ks + [8])
+    (first,) = [st for st in acc._branches if st.label == calls[0]]
+    k = first.source.coarse_factor(first.source.level_for(cut, first.counts))
+    assert k >= 32 and first.source.coarse(first.source.level_for(cut, first.counts))[0].h == pytest.approx(k * h)
+    assert len(calls) == 1  # the other direction: skipped by its cheap certified bound
+    truth = max(float(epsilon_gaussian(delta, sigma, steps, q=q, direction=d)) for d in ("remove", "add"))
+    assert truth <= got <= truth * (1 + 1e-5)
+    monkeypatch.setattr(A, "COARSE_POINTS", 10**12)  # (k = 8 everywhere)
+    acc8, got8, calls8 = run()
+    assert all(st.source.coarse_factor(None) == 8 for st in acc8._branches) and len(calls8) == 1
+    assert abs(got - got8) <= 1e-8 * got8

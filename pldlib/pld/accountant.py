@@ -69,11 +69,16 @@ MAX_COARSEN = 24
 #: (discretising a subsampled pair costs a few microseconds per point: about 1 s here)
 AUTO_STEP_POINTS = 2**18
 
-#: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h
+#: spacing of the cheap pessimistic PLDs that test whether a branch can matter, in units of h ...
 COARSE_FACTOR = 8
+#: ... doubled while their smallest grid keeps at least this many points: on fine grids the cheap
+#: PLDs (screens of other branches, tilt estimates, the choice of points to connect) then cost
+#: what they cost at coarser h instead of growing with 1/h (DP-SGD headline: 8 h at h = 1e-4,
+#: 64 h at h = 1.24e-5)
+COARSE_POINTS = 4096
 #: an upper-only accountant's eps(delta) query connects the dots of a branch of at most THIN_MAX_COMPONENTS
 #: components at the points that matter at its tilt only (:func:`kept_points`, docs/MATH.md 3.1)
-#: when its grids have at least THIN_FROM points (the coarse PLDs at COARSE_FACTOR * h choose them)
+#: when its grids have at least THIN_FROM points (the cheap PLDs of :meth:`_Discretised.coarse` choose them)
 THIN_FROM = 4096
 THIN_MAX_COMPONENTS = 4
 #: a component that would keep more than this fraction of its points keeps all of them (instruction
@@ -292,7 +297,7 @@ class _Discretised:
     The grids are laid out (and their size checked) at construction; the
     connect-the-dots and convex-hull PLDs are computed only when a query needs
     this branch at full accuracy.  ``coarse()`` gives pessimistic PLDs of the
-    same profiles at spacing ``COARSE_FACTOR * h`` (for the dominance test of
+    same profiles at the cheap spacing :meth:`coarse_factor` * h (for the dominance test of
     :meth:`PLDAccountant.epsilon`).  Shared by the accountants that
     :func:`account_steps` derives from one discretisation.
     """
@@ -421,23 +426,34 @@ class _Discretised:
                 slot[1] = _map(lambda pair, g: self._one_lower(pair, g, t), self.pairs, grids, points=_points(grids))
         return slot[0], slot[1]
 
+    def coarse_factor(self, t: float | None = None) -> int:
+        """k of the cheap PLDs' spacing k h on grids truncated at ``t``: COARSE_FACTOR, doubled
+        while the smallest of those grids has at least 2 k COARSE_POINTS points."""
+        n = min(gu.n for gu, _ in self._grids_at(t))
+        k = COARSE_FACTOR
+        while n // (2 * k) >= COARSE_POINTS:
+            k *= 2
+        return k
+
     def coarse(self, t: float | None = None):
-        """Pessimistic PLDs at spacing COARSE_FACTOR * h (a cheap certified upper bound); ``t``:
-        on grids truncated at that tail (:meth:`level_for`, as the fine ones)."""
+        """Pessimistic PLDs at spacing :meth:`coarse_factor` * h (a cheap certified upper
+        bound); ``t``: on grids truncated at that tail (:meth:`level_for`, as the fine ones)."""
         hit = self._coarse.get(t)
         if hit is None:
-            hc = COARSE_FACTOR * self.h
+            k = self.coarse_factor(t)
+            hc = k * self.h
             tail = self.tail if t is None else max(self.tail, t)
             hit = self._coarse[t] = _map(
                 lambda pair: connect_the_dots(pair[0], grid_for(pair[0], hc, tail, self.max_bins)),
-                self.pairs, points=_points(self.grids) / COARSE_FACTOR)
+                self.pairs, points=_points(self.grids) / k)
         return hit
 
     def fine_coarsened(self, t: float | None = None) -> list:
         """The fine pessimistic PLDs (on grids truncated at ``t``) carried to spacing
-        COARSE_FACTOR * h (:meth:`DiscretePLD.coarsened`): inputs of estimates only."""
+        :meth:`coarse_factor` * h (:meth:`DiscretePLD.coarsened`): inputs of estimates only."""
         if t not in self._carried:
-            self._carried[t] = [p.coarsened(COARSE_FACTOR) for p in self.fine_uppers(t)]
+            k = self.coarse_factor(t)
+            self._carried[t] = [p.coarsened(k) for p in self.fine_uppers(t)]
         return self._carried[t]
 
     def thinnable(self, t: float | None) -> bool:
@@ -542,7 +558,7 @@ def _map(fn, *items, points: float = math.inf) -> list:
 def _tilt_plds(st, cut=None) -> list:
     """PLDs to estimate a tilt on (it needs no precision), for a branch about to be composed
     at full accuracy (its fine pessimistic PLDs are built next anyway): those fine PLDs carried
-    to spacing COARSE_FACTOR * h (:meth:`DiscretePLD.coarsened`: ~20 us on 3,000 points, where a
+    to the cheap spacing (:meth:`DiscretePLD.coarsened`: ~20 us on 3,000 points, where a
     coarse connect-the-dots of the profile costs ~0.5 ms); the fine PLDs themselves for long
     schedules (many components: the estimate's passes over them cost less than the carries)."""
     if len(st.counts) >= SCREEN_MAX_COMPONENTS:
@@ -914,17 +930,18 @@ class PLDAccountant(Accountant):
         """:meth:`_fits` for a branch whose fine PLDs are not built (the refinement probe's
         coarse screen skipped it): its window is laid out from the coarse composition that the
         screen of a query at these deltas uses (:meth:`_coarse_upper`, cached for it), whose
-        points at spacing COARSE_FACTOR h are ~1/COARSE_FACTOR of the fine window's.  Building
+        points at the cheap spacing k h are ~1/k of the fine window's.  Building
         the fine PLDs here would also turn off the branch's screen (only efficiency and the
         coarsening decision depend on this, never soundness: a query that does not fit
         coarsens the grid itself, :meth:`_auto`)."""
         limit = self._bins()
+        k = st.source.coarse_factor(st.source.level_for(cut, st.counts))
         try:
             self._coarse_upper(st, deltas, "eps", strict=True)
             # (no coarse composition -- it could not be had: left to the query, which coarsens)
-            need = COARSE_FACTOR * max((c.n_bins for c in st.coarse_cache.values()), default=0)
+            need = k * max((c.n_bins for c in st.coarse_cache.values()), default=0)
         except GridTooLargeError as e:
-            need = COARSE_FACTOR * (e.need or limit)
+            need = k * (e.need or limit)
         if need > limit:
             raise GridTooLargeError(f"composition needs about {need:,} grid points (limit {limit:,})",
                                     need=need, limit=limit)
@@ -1239,8 +1256,8 @@ class PLDAccountant(Accountant):
 
     def _coarse_upper(self, st, x, kind: str, strict: bool = False) -> np.ndarray:
         """Certified upper bounds on this branch's eps(x) (``kind="eps"``, x = deltas) or
-        delta(x) (``kind="delta"``, x = epsilons) from its pessimistic PLDs at spacing
-        COARSE_FACTOR * h: cheap and looser; +inf where they cannot be had (``strict``: a
+        delta(x) (``kind="delta"``, x = epsilons) from its pessimistic PLDs at the cheap spacing
+        (:meth:`_Discretised.coarse`): looser; +inf where they cannot be had (``strict``: a
         composition too large raises its ``GridTooLargeError`` instead)."""
         try:
             cut = _cut_scale(x) if kind == "eps" else None
