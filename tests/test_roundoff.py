@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from pldlib.pld.compose import _RO_BLOCK_MIN, _roundoff_block, untilt_factor, upper_masses
+from pldlib.pld.compose import _RO_BLOCK_MIN, _U, UntiltBlocks, _roundoff_block, untilt_factor, upper_masses
 from pldlib.pld.grid import GridMeasure
 
 
@@ -32,7 +32,7 @@ CASES = [  # (theta, h, N, E)
 ]
 
 
-@pytest.mark.parametrize("lattice", [False, True])
+@pytest.mark.parametrize("lattice", [False, True, "factored"])
 @pytest.mark.parametrize("theta,h,N,E", CASES)
 def test_block_allowance_dominates_worst_case_error(theta, h, N, E, lattice):
     rng = np.random.default_rng(int(theta * 1000 + N))
@@ -41,6 +41,10 @@ def test_block_allowance_dominates_worst_case_error(theta, h, N, E, lattice):
     log_total = 2.0 + theta * float(eps_grid[N // 2])  # untilted masses of order e^2 at the centre
     u = (untilt_factor(log_total, theta, None, 1, "up", start=start, h=h, n=N) if lattice
          else untilt_factor(log_total, theta, eps_grid, 1, "up"))
+    # ("factored": the product form handed to upper_masses as is, never written out)
+    factors = untilt_factor(log_total, theta, None, 1, "up", start=start, h=h, n=N, factored=True)
+    if lattice == "factored" and not isinstance(factors, UntiltBlocks):
+        pytest.skip("the product form does not apply here (an overflowing factor)")
     # an exact tilted output: a bump plus a floor of E (so y - e can stay >= 0)
     y = np.exp(-0.5 * ((np.arange(N) - N / 2) / (N / 10)) ** 2) / N + E * rng.uniform(0, 1, N)
     # true untilted masses are probabilities: keep them <= 1/2 (where u overflows, y is 0)
@@ -54,7 +58,11 @@ def test_block_allowance_dominates_worst_case_error(theta, h, N, E, lattice):
         if nw == 0.0:
             continue
         e = -E * w / nw  # the worst error of 2-norm E at this eps
-        masses, ro = upper_masses(y + e, E, u, theta, h)
+        masses, ro = upper_masses(y + e, E, factors if lattice == "factored" else u, theta, h)
+        # (made in y's own array: the same numbers)
+        y_own = y + e
+        m_own, ro_own = upper_masses(y_own, E, factors if lattice == "factored" else u, theta, h, overwrite_y=True)
+        assert np.array_equal(m_own, masses) and np.array_equal(ro_own, ro)
         up = GridMeasure(h, start, masses, 0.0).delta(np.array([eps]))[0]
         truth = exact_curve(y, u, eps_grid, eps)
         assert truth <= up * (1 + 1e-12), (theta, eps, truth, up)
@@ -110,7 +118,15 @@ def test_untilt_factor_on_a_lattice_rounds_outward(log_total, theta, start, h, n
     up = untilt_factor(log_total, theta, None, 1, "up", start=start, h=h, n=n)
     lo = untilt_factor(log_total, theta, None, 1, "lo", start=start, h=h, n=n)
     assert up.size == lo.size == n
+    # the product form itself: written out, the same numbers; applied to masses x (two roundings
+    # per product), x u_up is never below x times the truth and x u_lo never above
+    fu = untilt_factor(log_total, theta, None, 1, "up", start=start, h=h, n=n, factored=True)
+    fl = untilt_factor(log_total, theta, None, 1, "lo", start=start, h=h, n=n, factored=True)
     rng = np.random.default_rng(n)
+    x = rng.uniform(0.5, 2.0, n) * 2.0 ** rng.integers(-30, 30, n)
+    if isinstance(fu, UntiltBlocks):
+        assert np.array_equal(fu.array(), up) and np.array_equal(fl.array(), lo)
+        xu, xl = fu.scale(x.copy()), fl.scale(x.copy())
     idx = np.concatenate([rng.integers(0, n, 300), [0, 255, 256, 257, n - 1]])
     mp.mp.dps = 40
     for j in idx:
@@ -118,3 +134,32 @@ def test_untilt_factor_on_a_lattice_rounds_outward(log_total, theta, start, h, n
         if t > mp.mpf("1e300") or t < mp.mpf("1e-300"):
             continue
         assert lo[j] <= t <= up[j], (j, float(t), lo[j], up[j])
+        if isinstance(fu, UntiltBlocks) and mp.mpf("1e-290") < t * mp.mpf(float(x[j])) < mp.mpf("1e290"):
+            assert xl[j] <= mp.mpf(float(x[j])) * t <= xu[j], (j, float(t), x[j], xl[j], xu[j])
+
+
+@pytest.mark.parametrize("n", [256 * 40, 256 * 40 + 77, 5000, 3 * 2**14 + 1])
+@pytest.mark.parametrize("g", [8, 64, 256, 2048, 2**14])
+@pytest.mark.parametrize("theta", [0.0, 2.5, -1.0])
+def test_untilt_blocks_statistics_match_the_written_out_factor(n, g, theta):
+    """UntiltBlocks.block_stats(g) against the written-out factor's blocks of g points: maxima
+    equal; sums of squares (the block norms of the round-off allowance) within 1e-13, and with the
+    allowance (1 + 4 u (g + 2)) on the norm never below the norm of the exact products a_b w_i times
+    (1 + 2 u) (80-bit sums: what the two roundings of scale() can apply at most)."""
+    h = 1e-4
+    f = untilt_factor(3.0, theta, None, 1, "up", start=-n // 3, h=h, n=n, factored=True)
+    assert isinstance(f, UntiltBlocks)
+    u = f.array()
+    nb = -(-n // g)
+    ub = np.concatenate([u, np.zeros(nb * g - n)]).reshape(nb, g)
+    mx, sm, sq = f.block_stats(g)
+    assert mx.shape == sm.shape == sq.shape == (nb,)
+    np.testing.assert_array_equal(mx, ub.max(axis=1))
+    np.testing.assert_allclose(sm, ub.sum(axis=1), rtol=1e-13)
+    np.testing.assert_allclose(sq, np.einsum("ij,ij->i", ub, ub), rtol=1e-13)
+    j = np.arange(n)
+    exact = np.asarray(f.a, dtype=np.longdouble)[j // f.w.size] * np.asarray(f.w, dtype=np.longdouble)[j % f.w.size]
+    exact = exact * (1 + 2 * np.longdouble(_U))
+    ex_b = np.concatenate([exact, np.zeros(nb * g - n, dtype=np.longdouble)]).reshape(nb, g)
+    true_norm = np.sqrt(np.sum(ex_b * ex_b, axis=1))
+    assert np.all(np.sqrt(np.asarray(sq, dtype=np.longdouble)) * (1 + 4 * np.longdouble(_U) * (g + 2)) >= true_norm)

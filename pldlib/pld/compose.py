@@ -968,8 +968,71 @@ def _roundoff_block(theta: float, h: float, N: int) -> int:
 _UNTILT_BLOCK = 256
 
 
+class UntiltBlocks:
+    """The untilting factor in product form, never written out: u_j = a_b w_i for j = 256 b + i
+    (``a`` one value per block of :data:`_UNTILT_BLOCK` points, ``w`` the offsets' factors,
+    ``n`` points in all).  :meth:`array` writes it out (the same numbers as
+    :func:`untilt_factor`'s array), :meth:`scale` multiplies an array of n points by it in place
+    (by a_b, then by w_i: two roundings, as writing u out and multiplying by it), and
+    :meth:`block_stats` gives blocks' maxima, sums and sums of squares of u from the factors."""
+
+    __slots__ = ("a", "w", "n")
+
+    def __init__(self, a: np.ndarray, w: np.ndarray, n: int):
+        self.a, self.w, self.n = a, w, int(n)
+
+    @property
+    def size(self) -> int:
+        return self.n
+
+    def array(self) -> np.ndarray:
+        return np.multiply.outer(self.a, self.w).reshape(-1)[: self.n]
+
+    def scale(self, x: np.ndarray) -> np.ndarray:
+        """x *= u in place (x of n points); returns x."""
+        B, n = self.w.size, self.n
+        full = n // B
+        if full:
+            xb = x[: full * B].reshape(full, B)
+            xb *= self.a[:full, None]
+            xb *= self.w[None, :]
+        if full * B < n:
+            tail = x[full * B:]
+            tail *= self.a[full]
+            tail *= self.w[: n - full * B]
+        return x
+
+    def block_stats(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(max, sum, sum of squares) of u over each block of g points (the last one partial),
+        g a power of two: each block lies inside one factor block or is a union of whole ones
+        (so each is a_b times the same statistic of w's segment, or sums of those)."""
+        B, n = self.w.size, self.n
+        a = self.a
+        nblk = -(-n // g)
+        if g <= B:
+            k = B // g
+            seg = self.w.reshape(k, g)
+            wmax, wsum, wsq = seg.max(axis=1), seg.sum(axis=1), np.einsum("ij,ij->i", seg, seg)
+            mx = np.multiply.outer(a, wmax).reshape(-1)[:nblk]
+            sm = np.multiply.outer(a, wsum).reshape(-1)[:nblk]
+            sq = np.multiply.outer(a * a, wsq).reshape(-1)[:nblk]
+        else:
+            c = g // B  # factor blocks per block
+            wmax, wsum, wsq = float(self.w.max()), float(self.w.sum()), float(np.dot(self.w, self.w))
+            pad = nblk * c - a.size
+            ap = np.concatenate([a, np.zeros(pad)]) if pad > 0 else a[: nblk * c]
+            ap = ap.reshape(nblk, c)
+            mx, sm, sq = ap.max(axis=1) * wmax, ap.sum(axis=1) * wsum, np.einsum("ij,ij->i", ap, ap) * wsq
+        if n % g:  # the last block is partial: its statistics from its own points
+            j = np.arange((nblk - 1) * g, n)
+            last = a[j // B] * self.w[j % B]  # (the numbers of array())
+            mx[-1], sm[-1], sq[-1] = last.max(), last.sum(), float(np.dot(last, last))
+        return mx, sm, sq
+
+
 def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_pld: int, side: str, *,
-                  start: int | None = None, h: float | None = None, n: int | None = None) -> np.ndarray:
+                  start: int | None = None, h: float | None = None, n: int | None = None,
+                  factored: bool = False) -> np.ndarray | UntiltBlocks:
     """e^{log_total - theta eps_j}, rounded outward: ``side`` "up" multiplies by 1 + r, "lo" by
     1 - r, with r >= 16 u (n_pld + 2)(|log_total| + theta max|eps| + 1) covering the round-off of
     the exponent (log_total is a sum of n_pld products) and of exp (docs/MATH.md 4.4).
@@ -977,7 +1040,9 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
     On the lattice eps_j = (start + j) h (``start``, ``h``, ``n`` given instead of ``eps_win``) it
     is the product e^{log_total - theta eps_b} e^{-theta h i} over blocks b of 256 points (one exp
     per block and per offset i, then one multiplication per point) where no factor overflows or is
-    subnormal: the two exps and the product add at most 6.5 u to the relative error, inside r."""
+    subnormal: the two exps and the product add at most 6.5 u to the relative error, inside r.
+    ``factored``: that product form as an :class:`UntiltBlocks` (where it applies; the array
+    otherwise), so that a caller multiplying by it need not write it out."""
     if eps_win is None:
         span = max(abs(start), abs(start + n - 1)) * h
     else:
@@ -991,15 +1056,16 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
         # (only where no factor overflows or is subnormal: then the product rounds as stated)
         if n >= 4 * B and theta * h * B <= 50.0 and float(np.max(a)) <= 700.0 and float(np.min(a)) >= -650.0:
             with np.errstate(under="ignore"):
-                u = np.multiply.outer(np.exp(a) * scale, np.exp(-theta * h * np.arange(B))).reshape(-1)
-            return u[:n]
+                blocks = UntiltBlocks(np.exp(a) * scale, np.exp(-theta * h * np.arange(B)), n)
+            return blocks if factored else blocks.array()
         eps_win = (start + np.arange(n)) * h
     with np.errstate(over="ignore", under="ignore"):
         u = np.exp(log_total - theta * eps_win)
     return u * scale
 
 
-def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: float, cap: float = 1.0):
+def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: float, cap: float = 1.0,
+                 overwrite_y: bool = False):
     """Masses of the certified upper measure from the computed tilted composition ``y`` whose
     error vector e satisfies ||e||_2 <= E (docs/MATH.md 4.4); returns (masses, roundoff masses).
 
@@ -1010,36 +1076,53 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     every eps at once.  Where that is not at least 2x smaller than the entrywise allowance
     sum_{j in b} min(E u_j, cap) (a varying or overflowing untilting factor), the block keeps the
     entrywise form (y_j + E) u_j.  Each mass is capped at ``cap`` (a true mass is at most cap, and
-    a block's round-off term at most B cap).
+    a block's round-off term at most B cap).  ``overwrite_y``: the masses may be made in ``y``'s
+    own array (the same numbers; no fresh array of the window's size).  ``untilt`` may be an
+    :class:`UntiltBlocks` (the product form, then never written out in the usual case: the
+    products y_j a_b w_i round twice, as y_j (a_b w_i) does, and the block norms come from the
+    factors with the same allowance, docs/MATH.md 4.4).
     """
     N = y.size
+    blocks = untilt if isinstance(untilt, UntiltBlocks) else None
     with np.errstate(over="ignore", invalid="ignore"):
         # (fmin: a NaN product -- inf * 0 -- becomes cap, the largest a mass can be)
-        main = np.maximum(y, 0.0)
-        main *= untilt
+        main = np.maximum(y, 0.0, out=y if overwrite_y else None)
+        if blocks is not None:
+            blocks.scale(main)
+        else:
+            main *= untilt
         np.fmin(main, cap, out=main)
     B = _roundoff_block(theta, h, N)
     if B < _RO_BLOCK_MIN or E <= 0.0:
+        untilt = untilt if blocks is None else blocks.array()
         with np.errstate(over="ignore", invalid="ignore"):
             ent = np.fmin(E * untilt, cap)
         return np.minimum(main + ent, cap), ent
     nb = -(-N // B)
     pad = nb * B - N
-    u = np.concatenate([untilt, np.zeros(pad)]).reshape(nb, B) if pad else untilt.reshape(nb, B)
-    s = np.max(u, axis=1)
     last = np.minimum(np.arange(nb) * B + B - 1, N - 1)
+    if blocks is not None:
+        s, u_sum, u_sq = blocks.block_stats(B)
+    else:
+        u = np.concatenate([untilt, np.zeros(pad)]).reshape(nb, B) if pad else untilt.reshape(nb, B)
+        s = np.max(u, axis=1)
     if np.all(s < 1e150) and np.all(s > 1e-150) and float(np.max(s)) * E <= cap:
         # the usual case: no block norm can overflow or underflow, no entry of E u reaches cap
         # (the entrywise allowance is E u itself): the same decisions without scaling copies
+        if blocks is None:
+            u_sq, u_sum = np.einsum("ij,ij->i", u, u), u.sum(axis=1)
         with np.errstate(over="ignore", invalid="ignore"):
-            r = E * np.sqrt(np.einsum("ij,ij->i", u, u)) * (1.0 + 4.0 * _U * (B + 2))
-            use = np.isfinite(r) & (r <= 0.5 * E * u.sum(axis=1))
+            r = E * np.sqrt(u_sq) * (1.0 + 4.0 * _U * (B + 2))
+            use = np.isfinite(r) & (r <= 0.5 * E * u_sum)
         if use.all():
             r = np.minimum(r, B * cap)
             ro = np.zeros(N)
             ro[last] = r
             main[last] += r
             return main, ro
+    if blocks is not None:
+        untilt = blocks.array()
+        u = np.concatenate([untilt, np.zeros(pad)]).reshape(nb, B) if pad else untilt.reshape(nb, B)
     with np.errstate(over="ignore", invalid="ignore"):
         ent = np.fmin(E * untilt, cap)
     ok = np.isfinite(s) & (s > 0)
@@ -1258,7 +1341,7 @@ def compose(
     N = sfft.next_fast_len(need, real=True)
     # upper side
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)
-    untilt = untilt_factor(log_total, theta, None, len(up), "up", start=w_lo, h=h, n=N)
+    untilt = untilt_factor(log_total, theta, None, len(up), "up", start=w_lo, h=h, n=N, factored=True)
     p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf + c, 1.0 - 1e-300))
                                for p, k, c in zip(plds_upper, counts, cut_pinf)))
     p_inf_up = min(p_inf_up * (1.0 + 8.0 * _U * (1 + len(counts))), 1.0)  # round up
@@ -1269,7 +1352,7 @@ def compose(
         const_up += math.exp(min(700.0, log_left + log_total))
     # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
     E_up = E
-    m_up, m_ro = upper_masses(y, E, untilt, theta, h)
+    m_up, m_ro = upper_masses(y, E, untilt, theta, h, overwrite_y=True)  # (y is not read again)
     upper = GridMeasure(h, w_lo, m_up, const_up, shift_up)
     roundoff = GridMeasure(h, w_lo, m_ro, 0.0, shift_up)
     valid_from = -np.inf if theta == 0.0 else w_lo * h + max(shift_up, shift_lo)
@@ -1277,7 +1360,7 @@ def compose(
         return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N), float(E_up))
     # lower side
     y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo)
-    untilt = untilt_factor(log_total, theta, None, len(lo), "lo", start=w_lo, h=h, n=N)
+    untilt = untilt_factor(log_total, theta, None, len(lo), "lo", start=w_lo, h=h, n=N, factored=True)
     F = [float(sd.masses.sum()) for sd in lo]
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
     log_f = sum(k * math.log(max(f, 1e-300)) for f, k in zip(F, counts))
@@ -1286,9 +1369,15 @@ def compose(
                                                 for p, k in zip(plds_lower, counts))))
     p_inf_lo *= 1.0 - 8.0 * _U * (1 + len(counts))  # round the lower bound down
     with np.errstate(over="ignore", invalid="ignore"):
-        m_lo = np.maximum(y - E, 0.0) * untilt
-    # dropping mass is on the optimistic side
-    lower = GridMeasure(h, w_lo, np.where(np.isfinite(m_lo), np.minimum(m_lo, 1.0), 0.0), p_inf_lo, shift_lo)
+        # (in y's own array, which is not read again: the same numbers as max(y - E, 0) * u)
+        m_lo = np.maximum(np.subtract(y, E, out=y), 0.0, out=y)
+        if isinstance(untilt, UntiltBlocks):
+            untilt.scale(m_lo)
+        else:
+            m_lo *= untilt
+    # dropping mass is on the optimistic side (a NaN or infinite product -- inf * 0 -- becomes 0)
+    m_lo[~np.isfinite(m_lo)] = 0.0
+    lower = GridMeasure(h, w_lo, np.minimum(m_lo, 1.0, out=m_lo), p_inf_lo, shift_lo)
     # aliased (folded) tilted mass <= e^{log_left} + e^{log_right}; untilted at eps_j > eps
     # it weighs at most e^{log_total - theta (eps - shift_lo)} (lattice frame: eps - shift_lo)
     alias_log = float(np.logaddexp(log_left, log_right) + log_total + theta * shift_lo)

@@ -129,9 +129,12 @@ def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | N
     return Grid(h=h, start=start, n=stop - start, offset=float(offset))
 
 
-def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err) -> DiscretePLD:
-    masses = np.maximum(np.asarray(masses, dtype=float), 0.0)
-    mass_err = np.maximum(np.asarray(mass_err, dtype=float), 0.0)
+def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err, own: bool = False) -> DiscretePLD:
+    """The PLD of these masses (negative ones raised to 0) and errors on ``grid``, trimmed to
+    its first and last point holding either; ``own``: both are float arrays of the caller's
+    that may be changed in place (no fresh copies of the grid's size)."""
+    masses = np.maximum(np.asarray(masses, dtype=float), 0.0, out=masses if own else None)
+    mass_err = np.maximum(np.asarray(mass_err, dtype=float), 0.0, out=mass_err if own else None)
     # first and last index holding a mass or an error (what np.nonzero(masses + mass_err) finds)
     some = (masses != 0) | (mass_err != 0)
     if not some.any():  # all mass at +inf (or dropped)
@@ -196,12 +199,19 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     eE = eP + x[:-1] * eQ + 2 * _U * (P + x[:-1] * Q)
     right = np.clip((E + eE) / one_minus, 0.0, P)  # round the split to the right
     left = P - right
-    masses = np.zeros(eps.size)
-    masses[1:] += right
-    masses[:-1] += left
-    err = np.zeros(eps.size)
-    err[1:] += eP
-    err[:-1] += eP
+    if keep is None:
+        masses = np.zeros(eps.size)
+        masses[1:] += right
+        masses[:-1] += left
+        err = np.zeros(eps.size)
+        err[1:] += eP
+        err[:-1] += eP
+    else:  # straight onto the whole grid (zero at the points left out; the same sums)
+        masses, err = np.zeros((2, grid.n + 1))
+        masses[keep[1:]] = right
+        masses[keep[:-1]] += left
+        err[keep[1:]] = eP
+        err[keep[:-1]] += eP
     below = float(cdp[0])
     masses[0] += below
     d_n = float(profile.delta(eps[-1]))
@@ -211,11 +221,7 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     err[0] += float(ve[0])
     err[-1] += float(ve[1])
     p_inf = d_n * (1 + SF_REL_ACCURACY + (LOG_DELTA_REL_ACCURACY * (2.0 + abs(math.log(d_n))) if d_n > 0 else 0.0))
-    if keep is not None:  # onto the whole grid (zero at the points left out)
-        on_grid = np.zeros((2, grid.n + 1))
-        on_grid[0, keep], on_grid[1, keep] = masses, err
-        masses, err = on_grid
-    return _finite_pld(masses, grid, p_inf, True, err)
+    return _finite_pld(masses, grid, p_inf, True, err, own=True)
 
 
 #: :func:`kept_points` thins only coarse cells between coarse points that together carry at most
