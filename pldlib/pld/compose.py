@@ -86,8 +86,10 @@ class Composition:
 def _logsumexp_rows(z: np.ndarray) -> np.ndarray:
     zmax = np.max(z, axis=-1, keepdims=True)
     zmax = np.where(np.isfinite(zmax), zmax, 0.0)
+    t = z - zmax
+    np.exp(t, out=t)  # (in place: one array of z's size, not two)
     with np.errstate(divide="ignore"):
-        return zmax[..., 0] + np.log(np.sum(np.exp(z - zmax), axis=-1))
+        return zmax[..., 0] + np.log(np.sum(t, axis=-1))
 
 
 #: block size of the coarse (block-aggregated) view of a side used to skip negligible terms
@@ -194,9 +196,13 @@ class _Side:
         self.start = start
         self.masses = masses
         self.count = count
-        self.eps = (start + np.arange(masses.size)) * h
+        # ((start + i) h: the integers are exact as floats; each array made once, then in place)
+        self.eps = np.arange(start, start + masses.size, dtype=float)
+        self.eps *= h
+        # ln m where m > 0, -inf elsewhere (fmax sends negative and NaN masses to 0)
+        self.logm = np.fmax(masses, 0.0)
         with np.errstate(divide="ignore"):
-            self.logm = np.where(masses > 0, np.log(np.where(masses > 0, masses, 1.0)), -np.inf)
+            np.log(self.logm, out=self.logm)
         self._blocks = None
         self._lmgf: dict = {}   # theta -> ln M(theta) (windowed upper bound)
         self._mom: dict = {}    # theta -> (mean, variance) of the tilted step
@@ -230,7 +236,11 @@ class _Side:
         """sum of the masses at indices >= n (rounded up)."""
         rc = self.__dict__.get("_rcum")
         if rc is None:
-            rc = self._rcum = np.concatenate([np.cumsum(self.masses[::-1])[::-1], [0.0]])
+            n = self.masses.size
+            rc = np.empty(n + 1)
+            rc[n] = 0.0
+            np.cumsum(self.masses[::-1], out=rc[n - 1::-1] if n else rc[:0])  # (right-to-left sums, in place)
+            self._rcum = rc
         return float(rc[n]) * (1.0 + 4.0 * _U * max(self.masses.size, 1))
 
     def cut_index(self, log_thr: float) -> int:
@@ -269,15 +279,20 @@ class _Side:
         if self._blocks is None:
             n = self.logm.size
             nb = -(-n // _BLOCK)
-            z = np.full(nb * _BLOCK, -np.inf)
-            z[:n] = self.logm
-            lb = _logsumexp_rows(z.reshape(nb, _BLOCK))
+            full = n // _BLOCK
+            # the whole blocks as a view of logm, the last, partial one padded with -inf (a copy
+            # of one block): row by row the numbers of the padded whole
+            rows = [self.logm[: full * _BLOCK].reshape(full, _BLOCK)]
+            if full < nb:
+                pad = np.full((1, _BLOCK), -np.inf)
+                pad[0, : n - full * _BLOCK] = self.logm[full * _BLOCK:]
+                rows.append(pad)
+            lb = np.concatenate([_logsumexp_rows(zb) for zb in rows])
             first = np.arange(nb) * _BLOCK
             last = np.minimum(first + _BLOCK - 1, n - 1)
             self._blocks = (lb, self.eps[first], self.eps[last])
             # blocks holding a mass in (0, 1e-250) (the product form scales those: _product_sums)
-            zb = z.reshape(nb, _BLOCK)
-            self._tiny = np.any((zb < _TINY_LOG) & (zb > -np.inf), axis=1)
+            self._tiny = np.concatenate([np.any((zb < _TINY_LOG) & (zb > -np.inf), axis=1) for zb in rows])
         return self._blocks
 
     def _row_windows(self, theta: np.ndarray):
