@@ -104,6 +104,12 @@ class GridMeasure:
     def eps_grid(self) -> np.ndarray:
         return (self.start + np.arange(self.masses.size)) * self.h + self.shift
 
+    def _nonneg(self) -> np.ndarray:
+        """The masses with negative ones raised to 0: the array itself when it has none (a
+        composition's measures: no copy of the window), else a copy."""
+        m = self.masses
+        return m if m.size == 0 or float(np.min(m)) >= 0.0 else np.maximum(m, 0.0)
+
     def _tails(self):
         return self._table[1], self._table[2]
 
@@ -112,7 +118,7 @@ class GridMeasure:
         """(grid, A, B, D) computed once per measure (the masses are never modified):
         A, B are the right tail sums with a trailing 0 appended, D the curve at the grid
         points, made non-increasing."""
-        m = np.maximum(self.masses, 0.0)
+        m = self._nonneg()
         n = m.size
         # A_i = sum_{j>=i} m_j ; B_i = sum_{j>=i} m_j e^{-(j-i)h}  (right-to-left filters)
         A = np.zeros(n + 1)
@@ -130,7 +136,7 @@ class GridMeasure:
         """(L, m, A, B): the masses (made non-negative) and their tail sums A_i, B_i at the block
         starts i = b L (with a trailing 0; b = 0 .. nb), from one pass of block sums: a few
         answers are read off these and one block (:meth:`_near`) instead of the whole table."""
-        m = np.maximum(self.masses, 0.0)
+        m = self._nonneg()
         n = m.size
         L = max(1, min(_FEW_BLOCK, int(30.0 / self.h), n))
         nb = -(-n // L)
