@@ -902,7 +902,7 @@ def _fold(t: np.ndarray, offset: int, N: int) -> np.ndarray:
     return np.bincount(pos, weights=t, minlength=N)
 
 
-def _int_power(X: np.ndarray, k: int) -> np.ndarray:
+def _int_power(X: np.ndarray, k: int, overwrite_x: bool = False) -> np.ndarray:
     """X**k element-wise for an integer k >= 1 by binary powering (squarings and products).
 
     Each complex product has relative error <= sqrt(2) gamma_2 ~ 2.83 u (Higham 3.5) and a
@@ -910,14 +910,14 @@ def _int_power(X: np.ndarray, k: int) -> np.ndarray:
     most (1 + 2.83 u)^k - 1 ~ 2.83 k u: inside the (pi + 1) k u term of the round-off
     bound (docs/MATH.md 4.4), and about 3x faster than exp(k log X) for large arrays.  The
     products are made in place (the same operations; no fresh array, hence no page faults, per
-    product).
+    product); ``overwrite_x``: the squarings may be made in X's own array.
     """
     k = int(k)
     if k == 1:
         return X
     out = None
     base = X
-    own = False  # (X itself is never written: the squarings go to a buffer of their own)
+    own = overwrite_x  # (else X itself is never written: the squarings go to a buffer of their own)
     while True:
         if k & 1:
             if out is None:
@@ -1192,10 +1192,12 @@ def _compose_side(sides, theta, w_lo, n_bins, chern):
         rows.append((tf, sd.count))
         if len(rows) == fft_rows or sd is sides[-1]:
             # the forward FFTs of several sides in one call (rows of one array)
-            X = sfft.rfft(np.stack([r for r, _ in rows]), axis=-1, workers=fft_workers(N * len(rows), len(rows)))
+            # (one side: its row as a view, no stacked copy)
+            stacked = rows[0][0][None, :] if len(rows) == 1 else np.stack([r for r, _ in rows])
+            X = sfft.rfft(stacked, axis=-1, workers=fft_workers(N * len(rows), len(rows)))
             with np.errstate(under="ignore", invalid="ignore", over="ignore"):
                 for i, (_r, k) in enumerate(rows):
-                    Z = _int_power(X[i], k)
+                    Z = _int_power(X[i], k, overwrite_x=True)  # (each row of X is read once)
                     spec = Z if spec is None else spec * Z
             rows = []
     y = sfft.irfft(spec, N)  # (one transform: threads would not split it)
