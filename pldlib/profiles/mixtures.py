@@ -80,7 +80,11 @@ class GaussianNoise(ShiftFamily):
         """(t, x > 0): t = ndtr(-|x| / s), the smaller of sf(x) and cdf(x); the larger is 1 - t
         (t <= 1/2, so within ~3 ulp; scipy's ndtr itself takes 1 - erfc/2 on that side)."""
         z = _as_array(x) / self.s
-        return special.ndtr(-np.abs(z)), z > 0
+        if not (isinstance(z, np.ndarray) and z.ndim and z.dtype == np.float64):
+            return special.ndtr(-np.abs(z)), z > 0
+        t = np.abs(z)
+        np.negative(t, out=t)  # (in place: the numbers of ndtr(-|z|))
+        return special.ndtr(t, out=t), z > 0
 
     def sf(self, x):
         t, pos = self._tail(x)
@@ -96,7 +100,8 @@ class GaussianNoise(ShiftFamily):
     def sf_cdf(self, x):
         """(sf(x), cdf(x)) from one tail evaluation (the same numbers as the two functions)."""
         t, pos = self._tail(x)
-        return np.where(pos, t, 1.0 - t), np.where(pos, 1.0 - t, t)
+        other = 1.0 - t
+        return np.where(pos, t, other), np.where(pos, other, t)
 
     def log_cdf(self, x):
         return special.log_ndtr(_as_array(x) / self.s)
@@ -282,11 +287,15 @@ class MixtureProfile(PrivacyProfile):
     @staticmethod
     def _weighted(weights, shifts, value, like):
         """sum of w * value(c) over the components with w > 0 (in order, from zeros like ``like``)."""
-        out = np.zeros_like(like)
+        out = None
         for w, c in zip(weights, shifts):
             if w > 0:
-                out = out + w * value(c)
-        return out
+                term = w * value(c)
+                if out is None:  # (0 + term, in place: the numbers of a sum from zeros)
+                    out = np.add(term, 0.0, out=term) if isinstance(term, np.ndarray) else 0.0 + term
+                else:
+                    out += term
+        return np.zeros_like(like) if out is None else out
 
     def sf_p(self, eps):
         pw, ps, _, _, up, _, _ = self._sides()
