@@ -163,3 +163,31 @@ def test_untilt_blocks_statistics_match_the_written_out_factor(n, g, theta):
     ex_b = np.concatenate([exact, np.zeros(nb * g - n, dtype=np.longdouble)]).reshape(nb, g)
     true_norm = np.sqrt(np.sum(ex_b * ex_b, axis=1))
     assert np.all(np.sqrt(np.asarray(sq, dtype=np.longdouble)) * (1 + 4 * np.longdouble(_U) * (g + 2)) >= true_norm)
+
+
+def test_block_roundoff_reads_the_curve_of_its_written_out_masses():
+    """A composition's round-off part in block form (BlockRoundoff: masses at the blocks' last
+    points, never written out for a few reads) gives the curve of the same masses written out
+    (GridMeasure.delta summed in full), writes them out on request, and survives pickling."""
+    import pickle
+
+    from pldlib.pld.compose import BlockRoundoff
+
+    rng = np.random.default_rng(5)
+    N, B, h, start, shift = 10_000, 512, 1e-3, -3000, 0.25
+    last = np.minimum(np.arange(-(-N // B)) * B + B - 1, N - 1)
+    r = rng.uniform(0, 1e-12, last.size)
+    dense = np.zeros(N)
+    dense[last] = r
+    ref = GridMeasure(h, start, dense, 0.0, shift)
+    bro = BlockRoundoff(h, start, N, last, r, shift)
+    eps = np.concatenate([ref.eps_grid[rng.integers(0, N, 20)] + rng.uniform(-h, h, 20),
+                          ref.eps_grid[last[[0, 3, -1]]], [ref.eps_grid[0] - 1.0, ref.eps_grid[-1] + 1.0]])
+    got = bro.delta_at_few(eps)
+    assert "masses" not in bro.__dict__  # (read without writing the masses out)
+    want = ref.delta(eps)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-28)
+    assert bro.start == ref.start and np.array_equal(bro.masses, dense)
+    np.testing.assert_allclose(bro.delta_at_few(eps), want, rtol=1e-12, atol=1e-28)
+    again = pickle.loads(pickle.dumps(BlockRoundoff(h, start, N, last, r, shift)))
+    np.testing.assert_array_equal(again.delta_at_few(eps), got)

@@ -83,6 +83,36 @@ class Composition:
         return np.where(np.isnan(out), np.inf, out)  # unknown -> no lower-bound credit
 
 
+class BlockRoundoff(GridMeasure):
+    """The round-off part of a composition's upper curve where every block of B points took the
+    block form (:func:`upper_masses`): masses r_b at the blocks' last points, zero elsewhere.
+    :meth:`delta_at_few` sums the few r_b terms directly; the masses as an array of the window's
+    size (what :class:`GridMeasure` holds) are written out only when something asks for them."""
+
+    def __init__(self, h: float, start: int, n: int, last: np.ndarray, r: np.ndarray, shift: float = 0.0):
+        for k, v in (("h", h), ("start", start), ("const", 0.0), ("shift", shift), ("_n", int(n)),
+                     ("_last", last), ("_r", r)):
+            object.__setattr__(self, k, v)
+
+    def __getattr__(self, name):
+        if name != "masses" or "_r" not in self.__dict__:
+            raise AttributeError(name)
+        m = np.zeros(self._n)
+        m[self._last] = self._r
+        object.__setattr__(self, "masses", m)
+        return m
+
+    def delta_at_few(self, eps) -> np.ndarray:
+        """curve(eps) = sum_b r_b (1 - e^{eps - eps_b})_+, summed as non-negative terms."""
+        eps = np.atleast_1d(np.asarray(eps, dtype=float))
+        if "masses" in self.__dict__ or not np.all(np.isfinite(eps)):
+            return super().delta_at_few(eps)
+        pts = (self.start + self._last) * self.h + self.shift
+        with np.errstate(over="ignore", under="ignore"):
+            g = np.maximum(-np.expm1(eps.reshape(-1, 1) - pts), 0.0)
+        return (g @ self._r).reshape(eps.shape) + self.const
+
+
 def _logsumexp_rows(z: np.ndarray) -> np.ndarray:
     zmax = np.max(z, axis=-1, keepdims=True)
     zmax = np.where(np.isfinite(zmax), zmax, 0.0)
@@ -1080,7 +1110,7 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
 
 
 def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: float, cap: float = 1.0,
-                 overwrite_y: bool = False):
+                 overwrite_y: bool = False, sparse_roundoff: bool = False):
     """Masses of the certified upper measure from the computed tilted composition ``y`` whose
     error vector e satisfies ||e||_2 <= E (docs/MATH.md 4.4); returns (masses, roundoff masses).
 
@@ -1095,7 +1125,9 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     own array (the same numbers; no fresh array of the window's size).  ``untilt`` may be an
     :class:`UntiltBlocks` (the product form, then never written out in the usual case: the
     products y_j a_b w_i round twice, as y_j (a_b w_i) does, and the block norms come from the
-    factors with the same allowance, docs/MATH.md 4.4).
+    factors with the same allowance, docs/MATH.md 4.4).  ``sparse_roundoff``: where every block
+    takes the block form, the round-off masses come as (indices, masses) of the blocks' last
+    points instead of an array of the window's size.
     """
     N = y.size
     blocks = untilt if isinstance(untilt, UntiltBlocks) else None
@@ -1131,9 +1163,11 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
             use = np.isfinite(r) & (r <= 0.5 * E * u_sum)
         if use.all():
             r = np.minimum(r, B * cap)
+            main[last] += r
+            if sparse_roundoff:  # (the round-off masses as (last, r): see BlockRoundoff)
+                return main, (last, r)
             ro = np.zeros(N)
             ro[last] = r
-            main[last] += r
             return main, ro
     if blocks is not None:
         untilt = blocks.array()
@@ -1369,9 +1403,10 @@ def compose(
         const_up += math.exp(min(700.0, log_left + log_total))
     # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
     E_up = E
-    m_up, m_ro = upper_masses(y, E, untilt, theta, h, overwrite_y=True)  # (y is not read again)
+    m_up, m_ro = upper_masses(y, E, untilt, theta, h, overwrite_y=True, sparse_roundoff=True)  # (y is not read again)
     upper = GridMeasure(h, w_lo, m_up, const_up, shift_up)
-    roundoff = GridMeasure(h, w_lo, m_ro, 0.0, shift_up)
+    roundoff = (BlockRoundoff(h, w_lo, N, *m_ro, shift_up) if isinstance(m_ro, tuple)
+                else GridMeasure(h, w_lo, m_ro, 0.0, shift_up))
     valid_from = -np.inf if theta == 0.0 else w_lo * h + max(shift_up, shift_lo)
     if upper_only:
         return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N), float(E_up))
