@@ -41,7 +41,8 @@ def cases(draw):
 @given(cases())
 def test_random_valid_inputs_answer(case):
     rec = R.run_case(case)
-    assert rec["status"] in ("ok", "refused"), (rec["status"], R.describe(case), rec.get("error"))
+    # (the child's own traceback in the message: a failure that does not reproduce is still read)
+    assert rec["status"] in ("ok", "refused"), (rec["status"], R.describe(case), rec.get("error"), rec.get("trace"))
     if rec["status"] == "refused":
         assert "PrecisionLimitError" in rec["error"] or "LossRange" in rec["error"]
 
@@ -53,3 +54,14 @@ def test_runner_catches_a_wrong_interval():
     assert rec["status"] == "unsound"
     rec = R.check({"status": "ok", "lower": 0.0, "upper": 1.0, "case": case, "seconds": 0.0, "peak_mb": 0.0})
     assert rec["status"] == "ok"
+
+
+def test_report_carries_the_childs_traceback():
+    """A case that failed in its child is reported with the child's own traceback (the last
+    lines), so a failure that does not reproduce can still be read."""
+    case = {"relation": "add", "steps": [[{"kind": "gauss", "sigma": 1.0}, 1]], "query": ["epsilon", 1e-5]}
+    rec = {"status": "error", "error": "SystemError: error return without exception set", "seconds": 0.1,
+           "peak_mb": 50.0, "case": case,
+           "trace": "Traceback (most recent call last):\n  File \"x.py\", line 3, in f\nSystemError: error return\n"}
+    text = R.report([rec], "t", "cmd")
+    assert "- other exceptions: 1" in text and 'File "x.py", line 3, in f' in text

@@ -264,6 +264,8 @@ def report(records, title, cmd):
         lines += ["", "Failures:", ""]
         for r in bad[:50]:
             lines.append(f"- {r['status']}: {describe(r['case'])}: {r.get('error', '')[:200]}")
+            if r.get("trace"):  # (the child's traceback: a failure that does not reproduce is still read)
+                lines += ["", "  ```", *("  " + t for t in r["trace"].rstrip().splitlines()[-12:]), "  ```", ""]
     return "\n".join(lines) + "\n"
 
 
