@@ -136,11 +136,14 @@ def _finite_pld(masses, grid: Grid, p_inf: float, pessimistic: bool, mass_err, o
     masses = np.maximum(np.asarray(masses, dtype=float), 0.0, out=masses if own else None)
     mass_err = np.maximum(np.asarray(mass_err, dtype=float), 0.0, out=mass_err if own else None)
     # first and last index holding a mass or an error (what np.nonzero(masses + mass_err) finds)
-    some = (masses != 0) | (mass_err != 0)
-    if not some.any():  # all mass at +inf (or dropped)
-        i0, i1 = 0, 1
+    if masses.size and (masses[0] != 0 or mass_err[0] != 0) and (masses[-1] != 0 or mass_err[-1] != 0):
+        i0, i1 = 0, masses.size  # (both ends hold something: no search)
     else:
-        i0, i1 = int(np.argmax(some)), some.size - int(np.argmax(some[::-1]))
+        some = (masses != 0) | (mass_err != 0)
+        if not some.any():  # all mass at +inf (or dropped)
+            i0, i1 = 0, 1
+        else:
+            i0, i1 = int(np.argmax(some)), some.size - int(np.argmax(some[::-1]))
     whole = i0 == 0 and i1 == masses.size  # (then the fresh arrays themselves, no copy)
     return DiscretePLD(
         h=grid.h,
@@ -195,8 +198,9 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     eP = cell_errors(sfp, cdp, profile.p_inf) + 2 * _U * P
     eQ = cell_errors(sfq, cdq) + 2 * _U * Q
     # E = P(cell) - e^{a} Q(cell) = int_cell (e^L - e^a) dQ  in [0, (e^b - e^a) Q(cell)]
-    E = P - x[:-1] * Q
-    eE = eP + x[:-1] * eQ + 2 * _U * (P + x[:-1] * Q)
+    xQ = x[:-1] * Q
+    E = P - xQ
+    eE = eP + x[:-1] * eQ + 2 * _U * (P + xQ)
     right = np.clip((E + eE) / one_minus, 0.0, P)  # round the split to the right
     left = P - right
     if keep is None:
