@@ -220,9 +220,12 @@ def bench_speed(ctx) -> str:
         x = np.random.default_rng(0).uniform(size=n_fft)
         tf, _ = median_time(lambda: sfft.irfft(sfft.rfft(x, workers=workers) ** 2, n_fft, workers=workers))
         xb = np.random.default_rng(1).uniform(size=(8, 2**18))
-        tb, _ = median_time(lambda: sfft.rfft(xb, axis=-1, workers=workers))
+        ours(**shape, interval=h_match / 4, upper_only=True)
+        tb, _ = median_time(lambda: sfft.rfft(xb, axis=-1, workers=workers))  # (right after a PLD call)
+        time.sleep(0.3)  # (OpenBLAS's idle worker threads stop spinning after ~0.1 s)
+        tb_idle, _ = median_time(lambda: sfft.rfft(xb, axis=-1, workers=workers))
         thread_rows.append([f"{workers}", f"{h_match / 4:.3g}", f"{tw:.3f}", f"{n_fft:,}", f"{tf:.3f}",
-                            f"{tb:.4f}"])
+                            f"{tb:.4f}", f"{tb_idle:.4f}"])
     os.environ.pop("PLDLIB_FFT_WORKERS", None)
     C._fft_threads.cache_clear()
 
@@ -255,9 +258,15 @@ def bench_speed(ctx) -> str:
               "batches of at least 4 forward FFTs of 2^18 points or more in all (a schedule's components) "
               "and runs a single composition's FFTs on one thread. The call below is such a single "
               "composition (the knob leaves it alone); the last columns time a bare rfft/irfft pair of its "
-              "length and a batch of 8 forward FFTs of 2^18 points:\n\n"
+              "length and a batch of 8 forward FFTs of 2^18 points, right after a PLD call and 0.3 s later. "
+              "Right after one, the batch's second thread competes with OpenBLAS's worker threads, which "
+              "spin for about 0.1 s after the call's small matrix products (numpy's default BLAS threads; "
+              "Dask's workers start with OPENBLAS_NUM_THREADS=1); pldlib's own schedules, whose batches "
+              "follow such products, took the same time with OPENBLAS_NUM_THREADS=1 (1,000 and 10,000 "
+              "steps, 2 runs each):\n\n"
             + md_table(["workers", "h", "seconds (call)", "FFT length", "seconds (bare FFT pair)",
-                        "seconds (8 x 2^18 batch)"], thread_rows)
+                        "seconds (8 x 2^18 batch, right after)", "seconds (8 x 2^18 batch, 0.3 s later)"],
+                       thread_rows)
             + "\n\n**Goal 4** (sigma 0.47, q 3e-4, 32 steps, delta 1e-6):\n\n"
             + md_table(["call", "h", "eps lower", "eps upper", "rel. width", "seconds"], g4_rows)
             + "\n\nThe optimistic hull uses an offset lattice here (docs/MATH.md 3.2): a lattice through 0 "
