@@ -939,7 +939,9 @@ class PLDAccountant(Accountant):
         try:
             self._coarse_upper(st, deltas, "eps", strict=True)
             # (no coarse composition -- it could not be had: left to the query, which coarsens)
-            need = k * max((c.n_bins for c in st.coarse_cache.values()), default=0)
+            # (each cached composition at its own cheap spacing: k can differ between levels)
+            need = max((int(round(c.upper.h / st.source.h)) * c.n_bins for c in st.coarse_cache.values()),
+                       default=0)
         except GridTooLargeError as e:
             need = k * (e.need or limit)
         if need > limit:
