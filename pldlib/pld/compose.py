@@ -317,7 +317,19 @@ class _Side:
                 pad = np.full((1, _BLOCK), -np.inf)
                 pad[0, : n - full * _BLOCK] = self.logm[full * _BLOCK:]
                 rows.append(pad)
-            lb = np.concatenate([_logsumexp_rows(zb) for zb in rows])
+            # ln of each block's mass: the log of its plain sum (the masses are at most 1, so no
+            # sum overflows; the rounding is that of a log-sum-exp, u per term), the masses m > 0
+            # only (those whose log is finite; fmax sends the others to 0)
+            m = self.masses
+            if m.size and not float(np.min(m)) >= 0.0:
+                m = np.fmax(m, 0.0)
+            sums = np.empty(nb)
+            if full:
+                np.sum(m[: full * _BLOCK].reshape(full, _BLOCK), axis=1, out=sums[:full])
+            if full < nb:
+                sums[full] = np.sum(m[full * _BLOCK:])
+            with np.errstate(divide="ignore"):
+                lb = np.log(sums)
             first = np.arange(nb) * _BLOCK
             last = np.minimum(first + _BLOCK - 1, n - 1)
             self._blocks = (lb, self.eps[first], self.eps[last])
