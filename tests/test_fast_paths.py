@@ -408,3 +408,28 @@ def test_cheap_plds_on_fine_grids_keep_their_spacing(monkeypatch):
     acc8, got8, calls8 = run()
     assert all(st.source.coarse_factor(None) == 8 for st in acc8._branches) and len(calls8) == 1
     assert abs(got - got8) <= 1e-8 * got8
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 4096, 40_003])
+def test_side_tail_masses_and_cut_index_from_block_sums(n):
+    """A side's tail masses come from its block sums (the masses > 0 only): at every block start
+    (and any other index) they are never below the exact tail (math.fsum) and within 4 u size of
+    it; cut_index is the first block start whose tail is within the threshold, as a scan of the
+    exact tails finds (away from ties)."""
+    import math
+
+    rng = np.random.default_rng(n)
+    m = rng.exponential(size=n) * np.exp(-np.linspace(0.0, 60.0, n))
+    m[rng.random(n) < 0.2] = 0.0
+    m /= m.sum()
+    sd = C._Side(1e-4, -n // 4, m, 3)
+    u = np.finfo(float).eps / 2
+    for i in sorted({0, n // 2, n - 1} | set(range(0, n, C._BLOCK))):
+        exact = math.fsum(m[i:])
+        got = sd.tail_mass(i)
+        assert exact <= got <= exact * (1 + 8 * u * n) + 1e-300, (i, exact, got)
+    assert sd.tail_mass(n) == 0.0
+    for log_thr in (-1.0, -5.0, -20.0, -50.0, -200.0):
+        want = next((b for b in range(0, n, C._BLOCK) if math.fsum(m[b:]) <= math.exp(log_thr) * (1 - 1e-9)), n)
+        got = sd.cut_index(log_thr)
+        assert got == min(max(want, C._BLOCK), n) or abs(math.log(max(math.fsum(m[got:]), 1e-300)) - log_thr) < 1e-6

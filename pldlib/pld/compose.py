@@ -262,26 +262,36 @@ class _Side:
         new.count = int(count)
         return new
 
-    def tail_mass(self, n: int) -> float:
-        """sum of the masses at indices >= n (rounded up)."""
-        rc = self.__dict__.get("_rcum")
+    def _block_tails(self) -> np.ndarray:
+        """Right-to-left sums of the block sums of :meth:`_coarse` (the masses > 0 only): entry b
+        is the mass at indices >= b _BLOCK; a trailing 0."""
+        rc = self.__dict__.get("_rcb")
         if rc is None:
-            n = self.masses.size
-            rc = np.empty(n + 1)
-            rc[n] = 0.0
-            np.cumsum(self.masses[::-1], out=rc[n - 1::-1] if n else rc[:0])  # (right-to-left sums, in place)
-            self._rcum = rc
-        return float(rc[n]) * (1.0 + 4.0 * _U * max(self.masses.size, 1))
+            self._coarse()
+            s = self._bsum
+            rc = np.zeros(s.size + 1)
+            np.cumsum(s[::-1], out=rc[s.size - 1::-1] if s.size else rc[:0])  # (in place)
+            self._rcb = rc
+        return rc
+
+    def tail_mass(self, n: int) -> float:
+        """sum of the masses at indices >= n (rounded up: the allowance 4 u size covers the block
+        sums and their right-to-left sums, at most _BLOCK + size / _BLOCK terms deep; n a multiple
+        of the block size, as :meth:`cut_index` gives, reads them, any other n sums its tail)."""
+        up = 1.0 + 4.0 * _U * max(self.masses.size, 1)
+        if n >= self.masses.size:
+            return 0.0
+        if n % _BLOCK:
+            return float(np.sum(np.fmax(self.masses[n:], 0.0))) * up
+        return float(self._block_tails()[n // _BLOCK]) * up
 
     def cut_index(self, log_thr: float) -> int:
         """Smallest n, a multiple of the block size, with tail_mass(n) <= e^log_thr (the size if none)."""
-        self.tail_mass(0)
-        rc = self._rcum
+        rc = self._block_tails()
         with np.errstate(divide="ignore"):
             thr = math.exp(log_thr) / (1.0 + 4.0 * _U * max(self.masses.size, 1)) if log_thr < 700 else math.inf
-        # rc is non-increasing: first index with rc <= thr
-        n = int(np.searchsorted(-rc, -thr, side="left"))
-        n = -(-n // _BLOCK) * _BLOCK
+        # rc is non-increasing: the first block start with rc <= thr
+        n = int(np.searchsorted(-rc, -thr, side="left")) * _BLOCK
         return min(max(n, _BLOCK), self.masses.size)
 
     def cut(self, n: int) -> "_Side":
@@ -298,6 +308,7 @@ class _Side:
             nb = n // _BLOCK  # n is a multiple of the block size
             base._blocks = (lb[:nb], e_lo[:nb], e_hi[:nb])
             base._tiny = self._tiny[:nb]
+            base._bsum = self._bsum[:nb]
             base._lmgf, base._mom = {}, {}
             cuts[n] = base
         new = object.__new__(_Side)
@@ -328,6 +339,7 @@ class _Side:
                 np.sum(m[: full * _BLOCK].reshape(full, _BLOCK), axis=1, out=sums[:full])
             if full < nb:
                 sums[full] = np.sum(m[full * _BLOCK:])
+            self._bsum = sums
             with np.errstate(divide="ignore"):
                 lb = np.log(sums)
             first = np.arange(nb) * _BLOCK
