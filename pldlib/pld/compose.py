@@ -41,7 +41,7 @@ from .._validate import GridTooLargeError, PrecisionLimitError  # noqa: F401  (r
 class UntiltError(PrecisionLimitError, ValueError):
     """The tilt is too large for float-accurate untilting (a documented precision limit;
     still a ValueError for callers that caught the former ValueError)."""
-from .grid import DiscretePLD, GridMeasure
+from .grid import DiscretePLD, GridMeasure, nonnegative
 
 __all__ = ["compose", "Composition", "DEFAULT_ALIAS_TOL", "DEFAULT_MAX_BINS", "GridTooLargeError"]
 
@@ -1428,7 +1428,7 @@ def compose(
     # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
     E_up = E
     m_up, m_ro = upper_masses(y, E, untilt, theta, h, overwrite_y=True, sparse_roundoff=True)  # (y is not read again)
-    upper = GridMeasure(h, w_lo, m_up, const_up, shift_up)
+    upper = nonnegative(GridMeasure(h, w_lo, m_up, const_up, shift_up))  # (max(y, 0) u + r, capped)
     roundoff = (BlockRoundoff(h, w_lo, N, *m_ro, shift_up) if isinstance(m_ro, tuple)
                 else GridMeasure(h, w_lo, m_ro, 0.0, shift_up))
     valid_from = -np.inf if theta == 0.0 else w_lo * h + max(shift_up, shift_lo)

@@ -84,6 +84,14 @@ def _discounted_tail_sums(m: np.ndarray, h: float) -> np.ndarray:
 _SCAN_FROM = 256
 
 
+def nonnegative(measure: "GridMeasure") -> "GridMeasure":
+    """``measure``, marked as having no negative (or NaN) mass, which its maker guarantees (a
+    composition's masses are products of non-negative numbers, capped): its readers then use
+    its masses as they are, without a pass to check them."""
+    object.__setattr__(measure, "_nonneg_known", True)
+    return measure
+
+
 @dataclass(frozen=True)
 class GridMeasure:
     """A non-negative measure on the grid ``(start + i) * h + shift`` plus a constant ``const``.
@@ -106,9 +114,12 @@ class GridMeasure:
 
     def _nonneg(self) -> np.ndarray:
         """The masses with negative ones raised to 0: the array itself when it has none (a
-        composition's measures: no copy of the window), else a copy."""
+        composition's measures: no copy of the window, and no search when :func:`nonnegative`
+        marked it so), else a copy."""
         m = self.masses
-        return m if m.size == 0 or float(np.min(m)) >= 0.0 else np.maximum(m, 0.0)
+        if self.__dict__.get("_nonneg_known") or m.size == 0 or float(np.min(m)) >= 0.0:
+            return m
+        return np.maximum(m, 0.0)
 
     def _tails(self):
         return self._table[1], self._table[2]

@@ -93,7 +93,10 @@ def cell_errors(sf: np.ndarray, cdf: np.ndarray, p_inf: float = 0.0) -> np.ndarr
         # the cdf at points 0..k and the sf at points k..n, each point's error taken once)
         v = value_error(np.concatenate([cdf[: k + 1], sf[k:]]))
         ec, es = v[: k + 1], v[k + 1 :]
-        return np.concatenate([ec[:-1] + ec[1:], es[:-1] + es[1:]])
+        out = np.empty(n)  # (the two sides' sums written in place: the numbers of their concatenation)
+        np.add(ec[:-1], ec[1:], out=out[:k])
+        np.add(es[:-1], es[1:], out=out[k:])
+        return out
     es, ec = value_error(sf), value_error(cdf)
     return np.where(use_sf, es[:-1] + es[1:], ec[:-1] + ec[1:])
 
