@@ -321,13 +321,6 @@ class _Side:
             n = self.logm.size
             nb = -(-n // _BLOCK)
             full = n // _BLOCK
-            # the whole blocks as a view of logm, the last, partial one padded with -inf (a copy
-            # of one block): row by row the numbers of the padded whole
-            rows = [self.logm[: full * _BLOCK].reshape(full, _BLOCK)]
-            if full < nb:
-                pad = np.full((1, _BLOCK), -np.inf)
-                pad[0, : n - full * _BLOCK] = self.logm[full * _BLOCK:]
-                rows.append(pad)
             # ln of each block's mass: the log of its plain sum (the masses are at most 1, so no
             # sum overflows; the rounding is that of a log-sum-exp, u per term), the masses m > 0
             # only (those whose log is finite; fmax sends the others to 0)
@@ -345,8 +338,14 @@ class _Side:
             first = np.arange(nb) * _BLOCK
             last = np.minimum(first + _BLOCK - 1, n - 1)
             self._blocks = (lb, self.eps[first], self.eps[last])
-            # blocks holding a mass in (0, 1e-250) (the product form scales those: _product_sums)
-            self._tiny = np.concatenate([np.any((zb < _TINY_LOG) & (zb > -np.inf), axis=1) for zb in rows])
+            # blocks holding a mass in (0, 1e-250) (the product form scales those: _product_sums),
+            # the whole blocks as a view of logm, the last, partial one on its own
+            z = self.logm
+            tiny = (z < _TINY_LOG) & (z > -np.inf)
+            self._tiny = np.empty(nb, dtype=bool)
+            np.any(tiny[: full * _BLOCK].reshape(full, _BLOCK), axis=1, out=self._tiny[:full])
+            if full < nb:
+                self._tiny[full] = tiny[full * _BLOCK:].any()
         return self._blocks
 
     def _row_windows(self, theta: np.ndarray):
@@ -1049,10 +1048,6 @@ class UntiltBlocks:
 
     def __init__(self, a: np.ndarray, w: np.ndarray, n: int):
         self.a, self.w, self.n = a, w, int(n)
-
-    @property
-    def size(self) -> int:
-        return self.n
 
     def array(self) -> np.ndarray:
         return np.multiply.outer(self.a, self.w).reshape(-1)[: self.n]

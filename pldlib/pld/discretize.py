@@ -203,19 +203,13 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     eE = eP + x[:-1] * eQ + 2 * _U * (P + xQ)
     right = np.clip((E + eE) / one_minus, 0.0, P)  # round the split to the right
     left = P - right
-    if keep is None:
-        masses = np.zeros(eps.size)
-        masses[1:] += right
-        masses[:-1] += left
-        err = np.zeros(eps.size)
-        err[1:] += eP
-        err[:-1] += eP
-    else:  # straight onto the whole grid (zero at the points left out; the same sums)
-        masses, err = np.zeros((2, grid.n + 1))
-        masses[keep[1:]] = right
-        masses[keep[:-1]] += left
-        err[keep[1:]] = eP
-        err[keep[:-1]] += eP
+    # each cell's right end, then its left end, on the whole grid (zero at points left out)
+    ends = (slice(1, None), slice(None, -1)) if keep is None else (keep[1:], keep[:-1])
+    masses, err = np.zeros((2, grid.n + 1))
+    masses[ends[0]] = right
+    masses[ends[1]] += left
+    err[ends[0]] = eP
+    err[ends[1]] += eP
     below = float(cdp[0])
     masses[0] += below
     d_n = float(profile.delta(eps[-1]))
