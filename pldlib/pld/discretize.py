@@ -185,7 +185,11 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
         gaps = np.diff(keep) if keep.ndim == 1 else None
         if gaps is None or keep.size < 2 or keep[0] != 0 or keep[-1] != grid.n or np.any(gaps <= 0):
             raise ValueError("keep must be increasing grid indices from 0 to grid.n")
-        eps = (grid.start + keep) * grid.h + grid.offset  # (the same numbers as grid.eps there)
+        # (the same numbers as grid.eps there: start + keep are exact integers as floats)
+        eps = keep.astype(float)
+        eps += grid.start
+        eps *= grid.h
+        eps += grid.offset
         wide = np.flatnonzero(gaps != 1)
         one_minus = np.full(gaps.size, one_minus)
         one_minus[wide] = -np.expm1(-grid.h * gaps[wide])
@@ -195,14 +199,26 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     # errors of the sf/cdf values each cell mass was differenced from (value_error: relative
     # accuracy growing with |ln v| in the tails), and the subtraction's rounding
     sfp, cdp, sfq, cdq = vals
-    eP = cell_errors(sfp, cdp, profile.p_inf) + 2 * _U * P
-    eQ = cell_errors(sfq, cdq) + 2 * _U * Q
+    # (below: each array made once and then worked in place, the operations of
+    #  eP = ce_P + 2u P, eQ = ce_Q + 2u Q, eE = eP + e^a eQ + 2u (P + e^a Q),
+    #  right = clip((E + eE) / (1 - e^-(b - a)), 0, P), left = P - right)
+    buf = np.multiply(P, 2 * _U)
+    eP = cell_errors(sfp, cdp, profile.p_inf)
+    eP += buf
+    eQ = cell_errors(sfq, cdq)
+    eQ += np.multiply(Q, 2 * _U, out=buf)
     # E = P(cell) - e^{a} Q(cell) = int_cell (e^L - e^a) dQ  in [0, (e^b - e^a) Q(cell)]
     xQ = x[:-1] * Q
     E = P - xQ
-    eE = eP + x[:-1] * eQ + 2 * _U * (P + xQ)
-    right = np.clip((E + eE) / one_minus, 0.0, P)  # round the split to the right
-    left = P - right
+    eE = np.multiply(x[:-1], eQ, out=eQ)
+    eE += eP
+    xQ += P
+    xQ *= 2 * _U
+    eE += xQ
+    right = np.add(E, eE, out=E)
+    right /= one_minus
+    np.clip(right, 0.0, P, out=right)  # round the split to the right
+    left = np.subtract(P, right, out=P)
     # each cell's right end, then its left end, on the whole grid (zero at points left out)
     ends = (slice(1, None), slice(None, -1)) if keep is None else (keep[1:], keep[:-1])
     masses, err = np.zeros((2, grid.n + 1))

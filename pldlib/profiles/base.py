@@ -182,8 +182,10 @@ class PrivacyProfile(ABC):
                             self.sf_q(a), self.sf_q(b), self.cdf_q(a), self.cdf_q(b))
 
     def _masses(self, sp_a, sp_b, cp_a, cp_b, sq_a, sq_b, cq_a, cq_b):
-        p = np.where(sp_a - self.p_inf < 0.5, sp_a - sp_b, cp_b - cp_a)
+        p = np.where((sp_a - self.p_inf if self.p_inf else sp_a) < 0.5, sp_a - sp_b, cp_b - cp_a)
         q = np.where(sq_a < 0.5, sq_a - sq_b, cq_b - cq_a)
+        if isinstance(p, np.ndarray) and p.ndim and isinstance(q, np.ndarray) and q.ndim:
+            return np.maximum(p, 0.0, out=p), np.maximum(q, 0.0, out=q)  # (fresh arrays: in place)
         return np.maximum(p, 0.0), np.maximum(q, 0.0)
 
     def grid_values(self, eps):

@@ -82,9 +82,10 @@ class GaussianNoise(ShiftFamily):
         z = _as_array(x) / self.s
         if not (isinstance(z, np.ndarray) and z.ndim and z.dtype == np.float64):
             return special.ndtr(-np.abs(z)), z > 0
-        t = np.abs(z)
-        np.negative(t, out=t)  # (in place: the numbers of ndtr(-|z|))
-        return special.ndtr(t, out=t), z > 0
+        pos = z > 0
+        np.abs(z, out=z)
+        np.negative(z, out=z)  # (in place: the numbers of ndtr(-|z|))
+        return special.ndtr(z, out=z), pos
 
     def sf(self, x):
         t, pos = self._tail(x)
@@ -101,7 +102,11 @@ class GaussianNoise(ShiftFamily):
         """(sf(x), cdf(x)) from one tail evaluation (the same numbers as the two functions)."""
         t, pos = self._tail(x)
         other = 1.0 - t
-        return np.where(pos, t, other), np.where(pos, other, t)
+        if not (isinstance(t, np.ndarray) and t.ndim):
+            return np.where(pos, t, other), np.where(pos, other, t)
+        cdf = np.where(pos, other, t)
+        np.copyto(other, t, where=pos)  # (in place: the sf, where(pos, t, other))
+        return other, cdf
 
     def log_cdf(self, x):
         return special.log_ndtr(_as_array(x) / self.s)
@@ -118,9 +123,13 @@ class GaussianNoise(ShiftFamily):
         with np.errstate(over="ignore", invalid="ignore"):
             return (2 * _as_array(x) * self.D - self.D**2) / (2 * self.s**2)
 
-    def g_inv(self, t):
-        """x with g(x) = t."""
+    def g_inv(self, t, overwrite_t: bool = False):
+        """x with g(x) = t (``overwrite_t``: in t's own array, when t is a float64 array)."""
         with np.errstate(over="ignore", invalid="ignore"):
+            if overwrite_t and isinstance(t, np.ndarray) and t.ndim and t.dtype == np.float64:
+                t *= self.s**2 / self.D  # (the same operations, in place)
+                t += self.D / 2
+                return t
             return self.s**2 / self.D * _as_array(t) + self.D / 2
 
     def sample(self, rng, n):
@@ -270,6 +279,9 @@ class MixtureProfile(PrivacyProfile):
     def _x(self, eps):
         eps = _as_array(eps)
         if self.reverse:
+            if isinstance(eps, np.ndarray) and eps.ndim:  # (in place in one fresh array)
+                t = np.negative(eps)
+                return self._threshold(np.nextafter(t, -np.inf, out=t))
             return self._threshold(np.nextafter(-eps, -np.inf))
         return self._threshold(eps)
 
@@ -287,14 +299,19 @@ class MixtureProfile(PrivacyProfile):
     @staticmethod
     def _weighted(weights, shifts, value, like):
         """sum of w * value(c) over the components with w > 0 (in order, from zeros like ``like``)."""
-        out = None
+        out = scratch = None
         for w, c in zip(weights, shifts):
             if w > 0:
-                term = w * value(c)
+                v = value(c)
                 if out is None:  # (0 + term, in place: the numbers of a sum from zeros)
+                    term = w * v
                     out = np.add(term, 0.0, out=term) if isinstance(term, np.ndarray) else 0.0 + term
+                elif isinstance(out, np.ndarray) and isinstance(v, np.ndarray) and v.shape == out.shape:
+                    # (later terms in one scratch array: the numbers of out += w * v)
+                    scratch = np.multiply(v, w, out=scratch)
+                    out += scratch
                 else:
-                    out += term
+                    out += w * v
         return np.zeros_like(like) if out is None else out
 
     def sf_p(self, eps):
@@ -482,13 +499,24 @@ def poisson_remove(noise, q: float) -> MixtureProfile:
             # t = ln((e^eps - (1-q)) / q), computed without cancellation (each branch only where
             # it is used: grids are mostly eps > 0)
             pos = eps > 0
-            if pos.all():
+            if pos.all() and eps.ndim:
+                # (in place: the numbers of eps + log1p(-(1 - q) e^-eps) - ln q)
+                t = np.negative(eps)
+                np.exp(t, out=t)
+                t *= -(1 - q)
+                np.log1p(t, out=t)
+                np.add(eps, t, out=t)
+                t -= log_q
+            elif pos.all():
                 t = eps + np.log1p(-(1 - q) * np.exp(-eps)) - log_q
             else:
                 t = np.empty(eps.shape)
                 e1, e2 = eps[pos], eps[~pos]
                 t[pos] = e1 + np.log1p(-(1 - q) * np.exp(-e1)) - log_q
                 t[~pos] = np.log(np.expm1(e2) + q) - log_q
+        if isinstance(t, np.ndarray) and t.ndim:  # (t is a fresh array: in place)
+            np.copyto(t, -np.inf, where=eps <= log1mq)
+            return noise.g_inv(t, overwrite_t=True) if isinstance(noise, GaussianNoise) else noise.g_inv(t)
         t = np.where(eps <= log1mq, -np.inf, t)
         return noise.g_inv(t)
 
