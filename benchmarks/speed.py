@@ -128,22 +128,33 @@ def time_split():
             setattr(mod, name, f)
 
 
-def untilted_fft_pair(acc, delta: float) -> tuple[int, float]:
-    """(length, median seconds of a bare rfft/irfft pair of it) of the composition without tilt
-    or window of the branch ``acc`` composed at full accuracy: the FFT work of composing the
-    whole loss range at this spacing (what an accountant that does not tilt does at that h)."""
+def untilted_fft_pair(acc, delta: float) -> tuple[int, float, float]:
+    """(length, median seconds of a bare rfft/irfft pair of it, median seconds of rfft, power and
+    irfft) of the composition without tilt or window of the branch ``acc`` composed at full
+    accuracy: the FFT work of composing the whole loss range at this spacing (what an accountant
+    that does not tilt does at that h; the issue's "final composition (rfft, power, irfft)")."""
     import scipy.fft as sfft
     import pldlib.pld.accountant as A
-    from pldlib.pld.compose import compose
+    from pldlib.pld.compose import _int_power, compose
 
     cut = A._cut_scale(np.array([delta]))
     st = next(b for b in acc._branches if b.cache)
     comp = compose(st.source.fine_uppers(st.source.level_for(cut, st.counts)), None, st.counts, theta=0.0,
                    max_bins=2**26)
     n = comp.n_bins
-    x = np.random.default_rng(0).uniform(size=n)
-    t, _ = median_time(lambda: sfft.irfft(sfft.rfft(x), n))
-    return n, t
+    rng = np.random.default_rng(0)
+    xs = [rng.uniform(size=n) / n for _ in st.counts]  # (one row per component, each of mass 1)
+
+    def composition():
+        spec = None
+        for x, k in zip(xs, st.counts):
+            z = _int_power(sfft.rfft(x), k, overwrite_x=True)
+            spec = z if spec is None else spec * z
+        return sfft.irfft(spec, n)
+
+    t, _ = median_time(lambda: sfft.irfft(sfft.rfft(xs[0]), n))
+    tc, _ = median_time(composition)
+    return n, t, tc
 
 
 def split_row(label, fn, repeat=REPEAT):
@@ -191,22 +202,33 @@ def bench_speed(ctx) -> str:
                  f"{ivd.upper:.6f}, time ratio {td / t3:.2f} ({'met' if ok3 else 'NOT met'}).")
 
     # goal 2: the split at fine grids
-    split_rows, floor_rows, goal2 = [], [], []
+    split_rows, floor_rows, goal2, floor2 = [], [], [], []
     for h in (h_match, h_match / 2, h_match / 4, h_match / 8):
         r, med = split_row(f"upper only, h = {h:.3g}", lambda h=h: ours(**shape, interval=h, upper_only=True))
         split_rows.append(r)
         goal2.append((h, med[0] / med[3] if med[3] > 0 else math.inf))
-        n_flat, t_flat = untilted_fft_pair(ours(**shape, interval=h, upper_only=True)[1], shape["delta"])
-        floor_rows.append([f"{h:.3g}", f"{med[0]:.3f}", f"{n_flat:,}", f"{t_flat:.3f}", f"{med[0] / t_flat:.2f}"])
+        n_flat, t_flat, t_comp = untilted_fft_pair(ours(**shape, interval=h, upper_only=True)[1], shape["delta"])
+        floor_rows.append([f"{h:.3g}", f"{med[0]:.3f}", f"{n_flat:,}", f"{t_flat:.3f}", f"{med[0] / t_flat:.2f}",
+                           f"{t_comp:.3f}", f"{med[0] / t_comp:.2f}"])
+        floor2.append((h, med[0] / t_comp))
     r, _ = split_row(f"default (h = {accd.interval:.3g})", lambda: ours(**shape))
     split_rows.append(r)
-    met = [f"{h:.3g}" for h, r in goal2 if r <= 1.5]
-    notes.append("Goal 2 (total <= 1.5x the final composition's FFT work at fine grids): total / FFT "
-                 + ", ".join(f"{r:.2f} at h = {h:.3g}" for h, r in goal2)
-                 + (" (met)" if len(met) == len(goal2) else f" (met at h = {', '.join(met)}; NOT met at the others)"
-                    if met else " (NOT met at any)") + "; see the last column of "
-                 "the split; 'FFT composition' is all compositions of the call (coarse dominance checks "
-                 "included), 'rest' is reading answers, the spacing rule and Python overhead.")
+    ctx.record("goal2", {"total_over_own_fft": goal2, "total_over_untilted_composition": floor2})
+
+    def verdict(pairs):
+        met = [f"{h:.3g}" for h, r in pairs if r <= 1.5]
+        return (" (met at every spacing)" if len(met) == len(pairs) else
+                f" (met at h = {', '.join(met)}; NOT met at the others)" if met else " (NOT met at any)")
+
+    notes.append("Goal 2 (total <= 1.5x the final composition's FFT work at fine grids), two readings. "
+                 "Against our own final composition (the tilted window, smaller than the whole loss range): "
+                 "total / FFT " + ", ".join(f"{r:.2f} at h = {h:.3g}" for h, r in goal2) + verdict(goal2)
+                 + "; see the last column of the split ('FFT composition' is all compositions of the call, "
+                 "coarse dominance checks included; 'rest' is reading answers, the spacing rule and Python "
+                 "overhead). Against the final composition as the issue measured it (rfft, power and irfft "
+                 "over the whole loss range at the same spacing, no tilt): "
+                 + ", ".join(f"{r:.2f} at h = {h:.3g}" for h, r in floor2) + verdict(floor2)
+                 + "; see the table after the split.")
 
     # goal 5: threads
     thread_rows = []
@@ -247,11 +269,13 @@ def bench_speed(ctx) -> str:
             + md_table(["call", "total", "discretisation", "window & tilt", "FFT composition", "rest",
                         "total / FFT"], split_rows)
             + "\n\nThe same calls against the FFT work of composing the whole loss range at the same spacing "
-              "without tilt or window (a bare rfft/irfft pair of that length, what the issue measured as the "
-              "final composition: 388,800 points at h = 9.84e-5). The tilted window makes our own FFT work "
-              "smaller than that, so the column above divides by a smaller floor:\n\n"
-            + md_table(["h", "total (s)", "untilted length", "bare FFT pair (s)", "total / untilted FFT pair"],
-                       floor_rows)
+              "without tilt or window, what the issue measured as the final composition (rfft, power, "
+              "irfft on 388,800 points at h = 9.84e-5): a bare rfft/irfft pair of that length, and the "
+              "pair with the power of the spectrum between (binary powering to the branch's step counts). "
+              "The tilted window makes our own FFT work smaller than that, so the column above divides by "
+              "a smaller floor:\n\n"
+            + md_table(["h", "total (s)", "untilted length", "bare FFT pair (s)", "total / untilted FFT pair",
+                        "rfft + power + irfft (s)", "total / untilted composition"], floor_rows)
             + "\n\n**FFT threads** (`PLDLIB_FFT_WORKERS`, default: the CPUs this process may use, "
               f"{len(os.sched_getaffinity(0))} here). scipy's pocketfft spreads its work over threads only "
               "across the transforms of a batch, never inside one 1-D transform, so pldlib uses them for "
