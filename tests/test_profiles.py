@@ -516,3 +516,37 @@ def test_loss_moments_absent_without_a_quadrature():
 
     assert LaplaceNoise(1.0, 1.0).remove_pair(0.1).loss_moments() is None
     assert GaussianProfile(1.0).loss_moments() is None
+
+
+def test_one_run_finds_the_true_run_at_an_end_by_enumeration():
+    """_one_run (the slice of eps > 0 on a sorted grid) against the definition, on every
+    boolean array of up to 9 entries."""
+    from pldlib.profiles.mixtures import _one_run
+
+    for n in range(1, 10):
+        for bits in range(2**n):
+            m = np.array([(bits >> i) & 1 for i in range(n)], dtype=bool)
+            idx = np.flatnonzero(m)
+            if idx.size == 0:
+                want = (0, 0)
+            elif idx[-1] + 1 - idx[0] == idx.size and (idx[0] == 0 or idx[-1] == n - 1):
+                want = (int(idx[0]), int(idx[-1]) + 1)
+            else:
+                want = None
+            assert _one_run(m) == want, m
+
+
+@pytest.mark.parametrize("q", [1e-3, 0.3])
+def test_remove_threshold_on_a_grid_equals_its_pointwise_values(q):
+    """The remove pair's loss threshold on whole grids (sorted either way, or shuffled: the
+    in-place and one-slice paths) has the very numbers of its point-by-point evaluation (one-point
+    arrays: numpy's scalar and array loops may round differently)."""
+    from pldlib.profiles.mixtures import GaussianNoise, LaplaceNoise, poisson_remove
+
+    rng = np.random.default_rng(3)
+    for noise in (GaussianNoise(0.7, 1.0), LaplaceNoise(1.0, 1.0)):
+        thr = poisson_remove(noise, q)._threshold
+        up = np.linspace(math.log1p(-q) * 1.5, 4.0, 401)
+        for eps in (up, up[::-1], rng.permutation(up), up[up > 0], up[up < 0]):
+            want = np.array([float(thr(np.array([e]))[0]) for e in eps])
+            np.testing.assert_array_equal(thr(eps), want)

@@ -487,6 +487,21 @@ class MixtureProfile(PrivacyProfile):
         return math.nan
 
 
+def _one_run(mask: np.ndarray) -> tuple[int, int] | None:
+    """(a, b) when the True entries of a 1-d boolean array are exactly mask[a:b] and that run
+    touches one end (as {eps > 0} on a sorted grid, either order), else None."""
+    if mask.ndim != 1 or mask.size == 0:
+        return None
+    n = mask.size
+    if mask[-1]:  # a suffix
+        a = n - int(np.argmin(mask[::-1])) if not mask.all() else 0
+        return (a, n) if not mask[:a].any() else None
+    if mask[0]:  # a prefix
+        b = int(np.argmin(mask))
+        return (0, b) if not mask[b:].any() else None
+    return (0, 0) if not mask.any() else None
+
+
 def poisson_remove(noise, q: float) -> MixtureProfile:
     """Remove direction: P = (1-q) B_0 + q B_D, Q = B_0; L = ln(1 - q + q e^{g(x)})."""
     log1mq = math.log1p(-q)
@@ -511,9 +526,24 @@ def poisson_remove(noise, q: float) -> MixtureProfile:
                 t = eps + np.log1p(-(1 - q) * np.exp(-eps)) - log_q
             else:
                 t = np.empty(eps.shape)
-                e1, e2 = eps[pos], eps[~pos]
-                t[pos] = e1 + np.log1p(-(1 - q) * np.exp(-e1)) - log_q
-                t[~pos] = np.log(np.expm1(e2) + q) - log_q
+                run = _one_run(pos)
+                if run is not None:  # (a sorted grid: the eps > 0 are one slice, worked in place)
+                    a, b = run
+                    e1, t1 = eps[a:b], t[a:b]
+                    np.negative(e1, out=t1)
+                    np.exp(t1, out=t1)
+                    t1 *= -(1 - q)
+                    np.log1p(t1, out=t1)
+                    np.add(e1, t1, out=t1)
+                    t1 -= log_q
+                    for lo, hi in ((0, a), (b, eps.size)):
+                        if hi > lo:  # (the few eps <= 0, copied: numpy's log and expm1 may round
+                            # a slice that starts inside an array differently from a fresh one)
+                            t[lo:hi] = np.log(np.expm1(eps[lo:hi].copy()) + q) - log_q
+                else:
+                    e1, e2 = eps[pos], eps[~pos]
+                    t[pos] = e1 + np.log1p(-(1 - q) * np.exp(-e1)) - log_q
+                    t[~pos] = np.log(np.expm1(e2) + q) - log_q
         if isinstance(t, np.ndarray) and t.ndim:  # (t is a fresh array: in place)
             np.copyto(t, -np.inf, where=eps <= log1mq)
             return noise.g_inv(t, overwrite_t=True) if isinstance(noise, GaussianNoise) else noise.g_inv(t)
