@@ -433,3 +433,20 @@ def test_side_tail_masses_and_cut_index_from_block_sums(n):
         want = next((b for b in range(0, n, C._BLOCK) if math.fsum(m[b:]) <= math.exp(log_thr) * (1 - 1e-9)), n)
         got = sd.cut_index(log_thr)
         assert got == min(max(want, C._BLOCK), n) or abs(math.log(max(math.fsum(m[got:]), 1e-300)) - log_thr) < 1e-6
+
+
+@pytest.mark.parametrize("start", [0, 1, 137, 999])
+@pytest.mark.parametrize("sub", [None, 1e-3])
+def test_positive_part_reads_a_circular_composition_in_window_order(start, sub):
+    """_positive_part(y, start) is max(y - sub, 0) of np.roll(y, -start) (the window order of a
+    circular composition), with the same numbers, whether or not it may work in y's array."""
+    rng = np.random.default_rng(start)
+    y = rng.normal(size=1000) * 1e-3
+    r = np.roll(y, -start)
+    want = np.maximum(r if sub is None else r - sub, 0.0)
+    for overwrite in (False, True):
+        y1 = y.copy()
+        got = C._positive_part(y1, start, overwrite, sub=sub)
+        assert np.array_equal(got, want)
+        if not overwrite or start:
+            assert np.array_equal(y1, y)  # (the argument kept, unless it may be and is used)

@@ -947,12 +947,11 @@ def estimate_tilt(plds, counts, delta: float, cut_scale: float | None = None) ->
 
 def _fold(t: np.ndarray, offset: int, N: int) -> np.ndarray:
     """Place t at circular positions (offset + i) mod N, summing what overlaps."""
-    pos = (offset + np.arange(t.size)) % N
     if t.size <= N and offset % N + t.size <= N:
         out = np.zeros(N)
         out[offset % N : offset % N + t.size] = t
         return out
-    return np.bincount(pos, weights=t, minlength=N)
+    return np.bincount((offset + np.arange(t.size)) % N, weights=t, minlength=N)
 
 
 def _int_power(X: np.ndarray, k: int, overwrite_x: bool = False) -> np.ndarray:
@@ -974,7 +973,10 @@ def _int_power(X: np.ndarray, k: int, overwrite_x: bool = False) -> np.ndarray:
     while True:
         if k & 1:
             if out is None:
-                out = base.copy()
+                # (the running power becomes the result as it is; the next squaring goes to a
+                # fresh array instead of a copy being made here)
+                out = base if own else base.copy()
+                own = False
             else:
                 np.multiply(out, base, out=out)
         k >>= 1
@@ -1128,8 +1130,30 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
     return u * scale
 
 
+def _positive_part(y: np.ndarray, start: int, overwrite_y: bool, sub: float | None = None) -> np.ndarray:
+    """max(y - sub, 0) (``sub`` None: max(y, 0)) of the circular array y read from position
+    ``start`` on (the window order: np.roll(y, -start)), in one pass; in y's own array when
+    ``start`` is 0 and ``overwrite_y``."""
+    N = y.size
+    start %= max(N, 1)
+    if start == 0:
+        out = y if overwrite_y else None
+        if sub is not None:
+            out = np.subtract(y, sub, out=out)
+            return np.maximum(out, 0.0, out=out)
+        return np.maximum(y, 0.0, out=out)
+    out = np.empty(N)
+    for src, dst in ((y[start:], out[: N - start]), (y[:start], out[N - start:])):
+        if sub is not None:
+            np.subtract(src, sub, out=dst)
+            np.maximum(dst, 0.0, out=dst)
+        else:
+            np.maximum(src, 0.0, out=dst)
+    return out
+
+
 def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: float, cap: float = 1.0,
-                 overwrite_y: bool = False, sparse_roundoff: bool = False):
+                 overwrite_y: bool = False, sparse_roundoff: bool = False, start: int = 0):
     """Masses of the certified upper measure from the computed tilted composition ``y`` whose
     error vector e satisfies ||e||_2 <= E (docs/MATH.md 4.4); returns (masses, roundoff masses).
 
@@ -1146,13 +1170,15 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     products y_j a_b w_i round twice, as y_j (a_b w_i) does, and the block norms come from the
     factors with the same allowance, docs/MATH.md 4.4).  ``sparse_roundoff``: where every block
     takes the block form, the round-off masses come as (indices, masses) of the blocks' last
-    points instead of an array of the window's size.
+    points instead of an array of the window's size.  ``start``: ``y`` is circular, the window
+    starting at position ``start`` (the masses come out in window order; ``overwrite_y`` then
+    has no effect).
     """
     N = y.size
     blocks = untilt if isinstance(untilt, UntiltBlocks) else None
     with np.errstate(over="ignore", invalid="ignore"):
         # (fmin: a NaN product -- inf * 0 -- becomes cap, the largest a mass can be)
-        main = np.maximum(y, 0.0, out=y if overwrite_y else None)
+        main = _positive_part(y, start, overwrite_y)
         if blocks is not None:
             blocks.scale(main)
         else:
@@ -1217,8 +1243,16 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
 _FFT_ROWS_MAX = 32
 
 
-def _compose_side(sides, theta, w_lo, n_bins, chern):
-    """Compose one side; returns (masses_est, E, logscale, tails) on window [w_lo, w_lo + n_bins)."""
+def _window_shift(sides, w_lo: int, n_bins: int) -> int:
+    """Position of the window's first index w_lo in a circular composition of these sides of
+    n_bins points (composed absolute index base + R sits at position R mod n_bins)."""
+    return (w_lo - sum(sd.count * sd.start for sd in sides)) % n_bins
+
+
+def _compose_side(sides, theta, w_lo, n_bins, chern, roll: bool = True):
+    """Compose one side; returns (masses_est, E, logscale, tails) on window [w_lo, w_lo + n_bins)
+    (``roll=False``: the masses in circular order, the window starting at position
+    :func:`_window_shift`)."""
     h = sides[0].h
     base = sum(sd.count * sd.start for sd in sides)
     top = base + sum(sd.count * (sd.masses.size - 1) for sd in sides)
@@ -1260,9 +1294,8 @@ def _compose_side(sides, theta, w_lo, n_bins, chern):
     # a bound on ||y_computed - y_exact||_2 (docs/MATH.md 4.4), hence on every entry
     E = (1.0 + eta) * growth * growth * (eta * (norm_sum + min_norm)
                                          + _U * (0.37 + (math.pi + 1.0) * K + 2 * len(sides)))
-    # window extraction: composed absolute index base + R sits at position R mod N
-    shift = (w_lo - base) % N
-    y = np.roll(y, -shift)
+    if roll:  # window extraction: composed absolute index base + R sits at position R mod N
+        y = np.roll(y, -_window_shift(sides, w_lo, N))
     log_total = float(sum(sd.count * lm for sd, lm in zip(sides, logM)))
     # tilted tail masses outside the window (0 where the support ends inside)
     w_hi = w_lo + N  # first index beyond the window
@@ -1410,7 +1443,8 @@ def compose(
         return None
     N = sfft.next_fast_len(need, real=True)
     # upper side
-    y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up)
+    y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up, roll=False)
+    y_at = _window_shift(up, w_lo, N)  # (y is circular: the window order is made with its first pass)
     untilt = untilt_factor(log_total, theta, None, len(up), "up", start=w_lo, h=h, n=N, factored=True)
     p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf + c, 1.0 - 1e-300))
                                for p, k, c in zip(plds_upper, counts, cut_pinf)))
@@ -1422,7 +1456,8 @@ def compose(
         const_up += math.exp(min(700.0, log_left + log_total))
     # a probability is at most 1: capping keeps the bound and removes inf * 0 hazards
     E_up = E
-    m_up, m_ro = upper_masses(y, E, untilt, theta, h, overwrite_y=True, sparse_roundoff=True)  # (y is not read again)
+    m_up, m_ro = upper_masses(y, E, untilt, theta, h, overwrite_y=True, sparse_roundoff=True,
+                              start=y_at)  # (y is not read again)
     upper = nonnegative(GridMeasure(h, w_lo, m_up, const_up, shift_up))  # (max(y, 0) u + r, capped)
     roundoff = (BlockRoundoff(h, w_lo, N, *m_ro, shift_up) if isinstance(m_ro, tuple)
                 else GridMeasure(h, w_lo, m_ro, 0.0, shift_up))
@@ -1430,7 +1465,8 @@ def compose(
     if upper_only:
         return Composition(upper, None, roundoff, float(theta), float(valid_from), math.inf, int(N), float(E_up))
     # lower side
-    y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo)
+    y, E, log_total, log_left, log_right = _compose_side(lo, theta, w_lo, N, ch_lo, roll=False)
+    y_at = _window_shift(lo, w_lo, N)
     untilt = untilt_factor(log_total, theta, None, len(lo), "lo", start=w_lo, h=h, n=N, factored=True)
     F = [float(sd.masses.sum()) for sd in lo]
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
@@ -1440,8 +1476,9 @@ def compose(
                                                 for p, k in zip(plds_lower, counts))))
     p_inf_lo *= 1.0 - 8.0 * _U * (1 + len(counts))  # round the lower bound down
     with np.errstate(over="ignore", invalid="ignore"):
-        # (in y's own array, which is not read again: the same numbers as max(y - E, 0) * u)
-        m_lo = np.maximum(np.subtract(y, E, out=y), 0.0, out=y)
+        # (in window order, in y's own array where it starts at 0; y is not read again: the
+        # same numbers as max(y - E, 0) * u)
+        m_lo = _positive_part(y, y_at, True, sub=E)
         if isinstance(untilt, UntiltBlocks):
             untilt.scale(m_lo)
         else:
