@@ -1267,7 +1267,10 @@ def _compose_side(sides, theta, w_lo, n_bins, chern, roll: bool = True):
     K = 0
     rows = []
     for sd, lm in zip(sides, logM):
-        t = np.exp(sd.logm + theta * sd.eps - lm)
+        t = np.multiply(sd.eps, theta)  # (in place: the numbers of exp(logm + theta eps - lm))
+        t += sd.logm
+        t -= lm
+        np.exp(t, out=t)
         tf = _fold(t, 0, N)
         # 2-norm of the folded array (that of t itself when nothing overlaps); einsum
         # avoids a multi-threaded BLAS call on a mostly-zero array of length N
