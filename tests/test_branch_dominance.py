@@ -200,3 +200,58 @@ def test_tilt_estimated_from_the_coarsened_fine_plds_matches_the_coarse_discreti
     ref = old.epsilon(delta)
     assert all(st.source._coarse for st in old._branches)
     assert got.upper == pytest.approx(ref.upper, rel=1e-9)
+
+
+@pytest.mark.parametrize("lower_bound", [True, False])
+def test_far_direction_is_screened_at_a_wider_spacing_first_and_changes_nothing(lower_bound, monkeypatch):
+    """A direction whose normal score lies SCREEN_SPREAD_GAP below the first's is screened at
+    SCREEN_SPREAD times the cheap spacing first; the cheap screen follows only where that one
+    cannot skip it.  Either way the interval is the one without the wider screen, and the wider
+    screen's bound lies above the direction's own certified lower bound.  Grids too coarse for it
+    (fewer than SCREEN_SPREAD_POINTS points at the wider spacing) go to the cheap screen directly."""
+    import pldlib.pld.accountant as A
+
+    mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
+    h, delta = 1e-4, 1e-5  # (the add direction's grid: ~36k points, >= 1024 at 32 h)
+
+    def run():
+        acc = pldlib.account(mech, steps=1000, interval=h, lower_bound=lower_bound)
+        calls = []
+        orig = acc._coarse_upper
+
+        def spy(*a, **k):
+            out = orig(*a, **k)
+            calls.append((k.get("spread", 1), float(out[0])))
+            return out
+
+        monkeypatch.setattr(acc, "_coarse_upper", spy)
+        return acc.epsilon(delta), calls, acc
+
+    got, calls, acc = run()
+    assert [s for s, _ in calls] == [A.SCREEN_SPREAD]    # the wider screen sufficed
+    assert not _label(acc, "add").source.built
+    add = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add"),
+                         steps=1000, interval=h).epsilon(delta)
+    assert calls[0][1] >= add.lower                      # a certified upper bound of the add direction
+    assert calls[0][1] <= (got.lower if lower_bound else got.upper)  # why it was skipped
+    # without the wider screen (or with one too wide to skip anything): the cheap one decides,
+    # and the interval is the same
+    monkeypatch.setattr(A, "SCREEN_SPREAD_GAP", np.inf)
+    plain, calls2, _ = run()
+    assert [s for s, _ in calls2] == [1]
+    monkeypatch.setattr(A, "SCREEN_SPREAD_GAP", 0.02)
+    orig = A.PLDAccountant._coarse_upper  # (a wider screen that cannot skip: +inf, as when it fails)
+    monkeypatch.setattr(A.PLDAccountant, "_coarse_upper", lambda self, st, x, kind, strict=False, spread=1:
+                        np.full(x.size, np.inf) if spread > 1 else orig(self, st, x, kind, strict, spread))
+    wide, calls3, acc3 = run()
+    assert [s for s, _ in calls3] == [A.SCREEN_SPREAD, 1] and calls3[0][1] == np.inf
+    assert not _label(acc3, "add").source.built  # (the cheap screen skipped it)
+    for other in (plain, wide):
+        assert (got.lower, got.upper) == (other.lower, other.upper)
+
+
+def test_coarse_grids_skip_the_wider_screen():
+    mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
+    acc = pldlib.account(mech, steps=1000, interval=2e-3)  # (~1,800 points: 56 at 32 h)
+    acc.epsilon(1e-5)
+    assert [len(k) for k in _label(acc, "add").coarse_cache] == [2]  # the cheap screen alone
