@@ -212,7 +212,7 @@ def test_far_direction_is_screened_at_a_wider_spacing_first_and_changes_nothing(
     import pldlib.pld.accountant as A
 
     mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
-    h, delta = 1e-4, 1e-5  # (the add direction's grid: ~36k points, >= 1024 at 32 h)
+    h, delta = 1e-4, 1e-5  # (the add direction's grid: ~36k points, >= 512 at 32 h)
 
     def run():
         acc = pldlib.account(mech, steps=1000, interval=h, lower_bound=lower_bound)
