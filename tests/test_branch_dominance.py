@@ -255,3 +255,14 @@ def test_coarse_grids_skip_the_wider_screen():
     acc = pldlib.account(mech, steps=1000, interval=2e-3)  # (~1,800 points: 56 at 32 h)
     acc.epsilon(1e-5)
     assert [len(k) for k in _label(acc, "add").coarse_cache] == [2]  # the cheap screen alone
+
+
+def test_long_schedules_get_no_wider_screen_either(monkeypatch):
+    # (schedules of SCREEN_MAX_COMPONENTS distinct steps or more are composed in full: no screen at
+    # any spacing, even where the wider one would be allowed)
+    import pldlib.pld.accountant as A
+
+    monkeypatch.setattr(A, "SCREEN_SPREAD_POINTS", 1)
+    acc = pldlib.account(_schedule("add_remove"), interval=2e-3)
+    acc.epsilon(1e-5)
+    assert all(st.source.uppers_built and not st.coarse_cache for st in acc._branches)

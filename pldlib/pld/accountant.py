@@ -1368,7 +1368,7 @@ class PLDAccountant(Accountant):
         # at the cheap spacing only where that does not skip it (either is a certified upper bound;
         # only the work depends on the choice); not when the cheap screen is built already
         cut = _cut_scale(x) if kind == "eps" else None
-        wide = {i for i, sc in enumerate(score) if first is not None and i != first and i not in close
+        wide = {i for i, sc in enumerate(score) if screen and first is not None and i != first and i not in close
                 and sc <= score[first] - SCREEN_SPREAD_GAP * abs(score[first])
                 and not any(key[1:] == (cut,) for key in self._branches[i].coarse_cache)
                 and self._branches[i].source.screen_spread(
