@@ -16,7 +16,9 @@ Public API (thin re-exports over the modules that hold the maths):
 * sampling schemes: :mod:`pldlib.sampling` (registry: :func:`pldlib.sampling.scheme_names`)
 * sigma look-ups: ``pldlib.atlas.open_atlas(path).sigma_for(epsilon, delta, q, steps, ...)``
 * speed knob: :func:`pldlib.allocator.tune_allocator` (glibc malloc thresholds; applied at
-  import with ``PLDLIB_TUNE_MALLOC=1``, and by the ``pldlib`` command unless ``=0``)
+  import with ``PLDLIB_TUNE_MALLOC=1``, and by the ``pldlib`` command unless ``=0``); by default
+  import raises glibc's adaptive thresholds only (:func:`pldlib.allocator.raise_adaptive_thresholds`;
+  none of it with ``=0``)
 """
 from ._validate import GridTooLargeError, PrecisionLimitError
 from .events import (
@@ -58,6 +60,8 @@ def _tune_at_import() -> None:
     try:
         if allocator.enabled(default=False):
             allocator.tune_allocator()
+        elif allocator.enabled(default=True):  # (unset: glibc's adaptive thresholds raised only)
+            allocator.raise_adaptive_thresholds()
     except ValueError as e:  # a bad PLDLIB_TUNE_MALLOC: say so, import anyway
         warnings.warn(str(e), RuntimeWarning, stacklevel=3)
 

@@ -28,9 +28,10 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 20)
 glibc = pytest.mark.skipif(allocator._libc() is None, reason="the C library is not glibc: nothing to tune")
 
 
-def _faults_per_round(tune: str) -> float:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env["PLDLIB_TUNE_MALLOC"] = tune
+def _faults_per_round(tune: str | None) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "PLDLIB_TUNE_MALLOC"}
+    if tune is not None:
+        env["PLDLIB_TUNE_MALLOC"] = tune
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
@@ -41,6 +42,20 @@ def test_tuning_at_import_stops_the_page_faults_of_large_temporaries():
     tuned = _faults_per_round("1")
     assert plain > 200  # (2 MB = 512 pages of 4 KiB)
     assert tuned < 5
+
+
+@glibc
+def test_default_import_raises_the_adaptive_thresholds_only():
+    """Unset, import pldlib frees one untouched block of just under 32 MiB: glibc's adaptive
+    thresholds rise as after any large array, and the 1 MB arrays stop faulting; with
+    PLDLIB_TUNE_MALLOC=0 nothing is done (the count above); and where the thresholds were set
+    through glibc's own variables, they stay as set (the rounds fault again)."""
+    assert _faults_per_round(None) < 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "PLDLIB_TUNE_MALLOC"}
+    env["MALLOC_TRIM_THRESHOLD_"] = "65536"  # (as Dask's workers: adaptive thresholds off)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+    assert float(out.stdout.split()[-1]) > 200
+    assert allocator.raise_adaptive_thresholds() is True
 
 
 @glibc
