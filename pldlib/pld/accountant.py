@@ -444,11 +444,11 @@ class _Discretised:
             k *= 2
         return k
 
-    def screen_spread(self, t: float | None = None) -> int:
-        """SCREEN_SPREAD when this branch's grids truncated at ``t`` keep at least
-        SCREEN_SPREAD_POINTS points at SCREEN_SPREAD times the cheap spacing, else 1."""
+    def fits_wide_screen(self, t: float | None = None) -> bool:
+        """Whether this branch's grids truncated at ``t`` keep at least SCREEN_SPREAD_POINTS
+        points at SCREEN_SPREAD times the cheap spacing."""
         n = min(gu.n for gu, _ in self._grids_at(t))
-        return SCREEN_SPREAD if n // (self.coarse_factor(t) * SCREEN_SPREAD) >= SCREEN_SPREAD_POINTS else 1
+        return n // (self.coarse_factor(t) * SCREEN_SPREAD) >= SCREEN_SPREAD_POINTS
 
     def coarse(self, t: float | None = None, spread: int = 1):
         """Pessimistic PLDs at spacing :meth:`coarse_factor` * ``spread`` * h (a cheap certified
@@ -1368,11 +1368,14 @@ class PLDAccountant(Accountant):
         # at the cheap spacing only where that does not skip it (either is a certified upper bound;
         # only the work depends on the choice); not when the cheap screen is built already
         cut = _cut_scale(x) if kind == "eps" else None
-        wide = {i for i, sc in enumerate(score) if screen and first is not None and i != first and i not in close
-                and sc <= score[first] - SCREEN_SPREAD_GAP * abs(score[first])
-                and not any(key[1:] == (cut,) for key in self._branches[i].coarse_cache)
-                and self._branches[i].source.screen_spread(
-                    self._branches[i].source.level_for(cut, self._branches[i].counts)) > 1}
+
+        def wide_first(i, st):
+            return (screen and first is not None and i != first and i not in close
+                    and score[i] <= score[first] - SCREEN_SPREAD_GAP * abs(score[first])
+                    and not any(key[1:] == (cut,) for key in st.coarse_cache)  # (no cheap screen yet)
+                    and st.source.fits_wide_screen(st.source.level_for(cut, st.counts)))
+
+        wide = {i for i, st in enumerate(self._branches) if wide_first(i, st)}
         coarse = [np.full(x.size, np.inf) if st.source.uppers_built or not screen or i in close or i in wide
                   else self._coarse_upper(st, x, kind) for i, st in enumerate(self._branches)]
         lo = np.full(x.size, empty)

@@ -1130,6 +1130,14 @@ def untilt_factor(log_total: float, theta: float, eps_win: np.ndarray | None, n_
     return u * scale
 
 
+def _untilted(x: np.ndarray, untilt) -> np.ndarray:
+    """x *= u in place, u the untilting factor as an array or an :class:`UntiltBlocks`."""
+    if isinstance(untilt, UntiltBlocks):
+        return untilt.scale(x)
+    x *= untilt
+    return x
+
+
 def _positive_part(y: np.ndarray, start: int, overwrite_y: bool, sub: float | None = None) -> np.ndarray:
     """max(y - sub, 0) (``sub`` None: max(y, 0)) of the circular array y read from position
     ``start`` on (the window order: np.roll(y, -start)), in one pass; in y's own array when
@@ -1178,11 +1186,7 @@ def upper_masses(y: np.ndarray, E: float, untilt: np.ndarray, theta: float, h: f
     blocks = untilt if isinstance(untilt, UntiltBlocks) else None
     with np.errstate(over="ignore", invalid="ignore"):
         # (fmin: a NaN product -- inf * 0 -- becomes cap, the largest a mass can be)
-        main = _positive_part(y, start, overwrite_y)
-        if blocks is not None:
-            blocks.scale(main)
-        else:
-            main *= untilt
+        main = _untilted(_positive_part(y, start, overwrite_y), untilt)
         np.fmin(main, cap, out=main)
     B = _roundoff_block(theta, h, N)
     if B < _RO_BLOCK_MIN or E <= 0.0:
@@ -1481,11 +1485,7 @@ def compose(
     with np.errstate(over="ignore", invalid="ignore"):
         # (in window order, in y's own array where it starts at 0; y is not read again: the
         # same numbers as max(y - E, 0) * u)
-        m_lo = _positive_part(y, y_at, True, sub=E)
-        if isinstance(untilt, UntiltBlocks):
-            untilt.scale(m_lo)
-        else:
-            m_lo *= untilt
+        m_lo = _untilted(_positive_part(y, y_at, True, sub=E), untilt)
     # dropping mass is on the optimistic side (a NaN or infinite product -- inf * 0 -- becomes 0)
     m_lo[~np.isfinite(m_lo)] = 0.0
     lower = GridMeasure(h, w_lo, np.minimum(m_lo, 1.0, out=m_lo), p_inf_lo, shift_lo)

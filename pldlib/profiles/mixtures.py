@@ -514,36 +514,34 @@ def poisson_remove(noise, q: float) -> MixtureProfile:
             # t = ln((e^eps - (1-q)) / q), computed without cancellation (each branch only where
             # it is used: grids are mostly eps > 0)
             pos = eps > 0
-            if pos.all() and eps.ndim:
+            # the eps > 0 as one slice of the flat array: all of it, or a run at one end (a sorted
+            # grid); then worked in place, else element-wise by masks
+            run = None if not eps.ndim else (0, eps.size) if pos.all() else (
+                _one_run(pos) if eps.ndim == 1 else None)
+            if run is not None:
+                flat = eps.reshape(-1)
+                t = np.empty(flat.size)
+                a, b = run
+                e1, t1 = flat[a:b], t[a:b]
                 # (in place: the numbers of eps + log1p(-(1 - q) e^-eps) - ln q)
-                t = np.negative(eps)
-                np.exp(t, out=t)
-                t *= -(1 - q)
-                np.log1p(t, out=t)
-                np.add(eps, t, out=t)
-                t -= log_q
+                np.negative(e1, out=t1)
+                np.exp(t1, out=t1)
+                t1 *= -(1 - q)
+                np.log1p(t1, out=t1)
+                np.add(e1, t1, out=t1)
+                t1 -= log_q
+                for lo, hi in ((0, a), (b, flat.size)):
+                    if hi > lo:  # (the few eps <= 0, copied: numpy's log and expm1 may round
+                        # a slice that starts inside an array differently from a fresh one)
+                        t[lo:hi] = np.log(np.expm1(flat[lo:hi].copy()) + q) - log_q
+                t = t.reshape(eps.shape)
             elif pos.all():
                 t = eps + np.log1p(-(1 - q) * np.exp(-eps)) - log_q
             else:
                 t = np.empty(eps.shape)
-                run = _one_run(pos)
-                if run is not None:  # (a sorted grid: the eps > 0 are one slice, worked in place)
-                    a, b = run
-                    e1, t1 = eps[a:b], t[a:b]
-                    np.negative(e1, out=t1)
-                    np.exp(t1, out=t1)
-                    t1 *= -(1 - q)
-                    np.log1p(t1, out=t1)
-                    np.add(e1, t1, out=t1)
-                    t1 -= log_q
-                    for lo, hi in ((0, a), (b, eps.size)):
-                        if hi > lo:  # (the few eps <= 0, copied: numpy's log and expm1 may round
-                            # a slice that starts inside an array differently from a fresh one)
-                            t[lo:hi] = np.log(np.expm1(eps[lo:hi].copy()) + q) - log_q
-                else:
-                    e1, e2 = eps[pos], eps[~pos]
-                    t[pos] = e1 + np.log1p(-(1 - q) * np.exp(-e1)) - log_q
-                    t[~pos] = np.log(np.expm1(e2) + q) - log_q
+                e1, e2 = eps[pos], eps[~pos]
+                t[pos] = e1 + np.log1p(-(1 - q) * np.exp(-e1)) - log_q
+                t[~pos] = np.log(np.expm1(e2) + q) - log_q
         if isinstance(t, np.ndarray) and t.ndim:  # (t is a fresh array: in place)
             np.copyto(t, -np.inf, where=eps <= log1mq)
             return noise.g_inv(t, overwrite_t=True) if isinstance(noise, GaussianNoise) else noise.g_inv(t)
