@@ -1,7 +1,11 @@
 """``sweeps`` command line: run / status / show / plot / report / demo.
 
 Exit status: 0 success; 1 a run ended with failed (or lost) blocks; 2 bad
-input (one stderr line naming the problem; nothing written); 130 interrupted.
+input or a store that cannot be used (one stderr line naming the problem;
+nothing written); 130 interrupted by Ctrl-C (SIGINT); 143 terminated by
+SIGTERM (128 + the signal number, as a shell reports a process the signal
+killed, so batch systems see a termination).  After 130 and 143 the finished
+blocks are in the store and ``sweeps run`` again resumes.
 
 Sigma look-up tables are ordinary sweeps (an *atlas*: ``sweeps run
 configs/atlas.yaml``, then ``python -m sweeps.atlas export``; :mod:`sweeps.atlas`).
@@ -35,7 +39,9 @@ def _build() -> argparse.ArgumentParser:
                    help="worker processes of the embedded cluster (default: one per core)")
     r.add_argument("--store", metavar="PATH", help="store path or URL (default: the config's store)")
     r.add_argument("--restart", action="store_true",
-                   help="discard an existing store made from another config and start over")
+                   help="discard an existing sweeps store (e.g. one made from another config, or one left "
+                        "half-created by a driver that was killed) and start over; never removes anything "
+                        "that is not a sweeps store")
     r.add_argument("--retries", type=int, default=2, metavar="N",
                    help="Dask retries of a block after a transient error (default 2)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -108,6 +114,36 @@ def _check_out_file(out) -> None:
         raise _OutError(f"--out: cannot write {out!r} (permission denied or not a directory)")
 
 
+def _creation_line(store: str) -> str | None:
+    """``sweeps status`` of a store that is being created, or was left half-created."""
+    from .lease import creator_state, describe_owner
+    from .store import read_creating
+
+    info = read_creating(store)
+    if info is None:
+        return None
+    state = creator_state(store, info)
+    what = "restarted" if info.get("action") == "restart" else "created"
+    if state == "live":
+        return f"{store}: being {what} by {describe_owner(info)}; no results yet"
+    return (f"{store}: left half-created by a driver that is gone ({state.removeprefix('stale: ')}; it was "
+            f"{describe_owner(info)}); it holds no results; sweeps run CONFIG --restart clears it and starts over")
+
+
+def _stopped(e: BaseException) -> str:
+    """What an interrupted ``sweeps run`` leaves behind (from ``run_sweep``'s note on ``e``)."""
+    p = getattr(e, "sweeps_progress", None)
+    if not p:
+        return ""
+    if p["state"] == "none":
+        return " before the store was made; nothing was written"
+    if p["state"] == "half":
+        return f" while restarting {p['store']}: it is left half-created; run again with --restart"
+    n = p["written"]
+    return (f"; {n} block{'s' if n != 1 else ''} finished in this run {'are' if n != 1 else 'is'} saved in "
+            f"{p['store']}; run again to resume")
+
+
 def main(argv=None) -> int:
     args = _build().parse_args(argv)
     from .config import ConfigError
@@ -152,6 +188,10 @@ def main(argv=None) -> int:
             from .lease import mark_abandoned
             from .report import status_summary, status_text
 
+            creating = _creation_line(args.store)
+            if creating:
+                print(creating)
+                return 0
             print(status_text(mark_abandoned(args.store, status_summary(args.store))))
             return 0
         if args.cmd == "show":
@@ -197,16 +237,16 @@ def main(argv=None) -> int:
         return e.exit_code
     except _OutError as e:
         return _bad(str(e))
-    except Terminated:
-        sys.stderr.write("sweeps: terminated (SIGTERM; finished blocks are saved; run again to resume)\n")
+    except Terminated as e:
+        sys.stderr.write(f"sweeps: terminated (SIGTERM){_stopped(e)}\n")
         return 143
     except BrokenPipeError:  # e.g. `sweeps show ... | head`
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        sys.stderr.write("sweeps: interrupted (finished blocks are saved; run again to resume)\n")
+    except KeyboardInterrupt as e:
+        sys.stderr.write(f"sweeps: interrupted (Ctrl-C){_stopped(e)}\n")
         return 130
     return 2  # pragma: no cover
 

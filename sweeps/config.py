@@ -25,6 +25,11 @@ fingerprint only when given, so configs without it keep theirs.
 options of a variant are those of its method, plus ``variant_of: <method>``
 (which the task reads; so it is part of the fingerprint).
 
+``mechanism:`` may be left out: it then means ``gaussian``
+(:data:`DEFAULT_MECHANISM`), which ``sweeps run`` announces and the store keeps
+in its ``mechanism`` and ``mechanism_source`` attributes (the fingerprint is
+that of the explicit ``mechanism: gaussian``, so both forms share a store).
+
 The *fingerprint* (sha256 of the canonical JSON of everything that decides
 the results: mechanism, methods, expanded grid, method options) identifies
 the sweep a store was made from; ``name`` and ``store`` are not part of it,
@@ -58,13 +63,15 @@ from pldlib.sampling import sampling_names  # noqa: E402
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
     "tradeoff_curve_spec", "TRADEOFF_CURVE_DEFAULTS", "GRID_EXTRA",
-    "AXES", "MECHANISMS", "SAMPLINGS", "RELATIONS",
+    "AXES", "MECHANISMS", "DEFAULT_MECHANISM", "SAMPLINGS", "RELATIONS",
 ]
 
 #: grid axes, in the order of the dataset dimensions (``method`` comes from ``methods``)
 AXES = ("sigma", "q", "steps", "delta", "sampling", "relation")
 #: what the ``sigma`` axis means for each mechanism
 MECHANISMS = {"gaussian": "noise multiplier sigma", "laplace": "noise scale b"}
+#: the mechanism of a config without ``mechanism:`` (announced when a run starts, stored in attrs)
+DEFAULT_MECHANISM = "gaussian"
 #: sampling names and relations: read from pldlib (their one definition each)
 SAMPLINGS = sampling_names()
 RELATIONS = _RELATIONS
@@ -114,6 +121,9 @@ class SweepConfig:
     variants: dict = field(default_factory=dict)  # alias -> registered method
     report: dict = field(default_factory=dict)    # settings of `sweeps report` (not in the fingerprint)
     fpr: tuple[float, ...] = ()  # false-positive rates of the TPR metric (grid.fpr; empty: none)
+    #: the config has no ``mechanism:`` key, so :data:`DEFAULT_MECHANISM` is used (announced by
+    #: ``sweeps run`` and kept in the store's ``mechanism_source`` attribute; not in the fingerprint)
+    mechanism_default: bool = field(default=False, compare=False)
 
     def base_method(self, m: str) -> str:
         """The registered method behind ``m`` (``m`` itself unless it is a variant)."""
@@ -418,7 +428,8 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
     store = data.get("store", f"results/{name}.zarr")
     if not isinstance(store, str) or not store.strip():
         raise ConfigError("store", f"must be a path or URL string, got {store!r}")
-    mechanism = data.get("mechanism", "gaussian")
+    mechanism_default = "mechanism" not in data
+    mechanism = data.get("mechanism", DEFAULT_MECHANISM)
     if not isinstance(mechanism, str) or mechanism.lower() not in MECHANISMS:
         raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(MECHANISMS)})")
     mechanism = mechanism.lower()
@@ -488,7 +499,7 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
             raise ConfigError(f"quick.{e.field}", e.problem) from None
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, variants=variants,
-                       report=report, fpr=fpr, **axes)
+                       report=report, fpr=fpr, mechanism_default=mechanism_default, **axes)
 
 
 #: keys of ``report.tradeoff_curve`` and their defaults (the DP-SGD headline configuration)
@@ -559,22 +570,31 @@ def read_config_data(path: str | os.PathLike):
 def check_store_writable(store: str) -> None:
     """Raise ConfigError('store', ...) unless ``store`` can be created or written.
 
-    Local paths are checked on disk (the store or its nearest existing parent
-    must be a writable directory); URLs (``s3://...``) are left to fsspec.
+    Local paths are checked by trying, never by permission bits (root passes every
+    ``os.access`` check, yet cannot create anything in ``/proc`` or ``/sys``): a probe
+    directory is created and removed in the store, or in its nearest existing parent
+    when the store does not exist yet.  URLs (``s3://...``) are left to fsspec.
     """
     if "://" in store and not store.startswith("file://"):
         return
+    import tempfile
+
     p = Path(store.removeprefix("file://")).expanduser()
-    if p.exists():
-        if not p.is_dir():
+    try:
+        exists = p.exists()
+        if exists and not p.is_dir():
             raise ConfigError("store", f"{str(p)!r} exists and is not a directory (a zarr store is one)")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise ConfigError("store", f"{str(p)!r} is not writable (permission denied)")
-        return
-    parent = p.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError("store", f"cannot create {str(p)!r}: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError("store", f"cannot create {str(p)!r}: {str(parent)!r} is not writable (permission denied)")
+        target = p if exists else p.absolute().parent
+        while not target.exists():
+            target = target.parent
+        if not target.is_dir():
+            raise ConfigError("store", f"cannot create {str(p)!r}: {str(target)!r} is not a directory")
+    except OSError as e:  # e.g. a path component that cannot be looked at
+        raise ConfigError("store", f"cannot use {str(p)!r}: {e.strerror or e}") from None
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".sweeps-probe-", dir=target))  # sweeps.store.PROBE_PREFIX
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        if exists:
+            raise ConfigError("store", f"{str(p)!r} is not writable ({why})") from None
+        raise ConfigError("store", f"cannot create {str(p)!r}: {str(target)!r} is not writable ({why})") from None

@@ -32,10 +32,10 @@ from .config import SweepConfig, check_store_writable, load_config
 from .lease import HEARTBEAT, STALE_AFTER, Lease
 from .plan import DIMS, TPR_DIMS, make_plan
 from .preflight import (DEFAULT_WORKER_TIMEOUT, MAX_INFLIGHT, ClusterError, check_size, check_workers,
-                        estimate_config, n_workers, summarize_workers)
+                        estimate_config, summarize_workers)
 from .provenance import code_changes, environment
-from .store import (STATUS_DONE, STATUS_OK, BlockWriter, StoreError, block_states, check_store, now_iso,
-                    prepare_store, read_attrs, read_status, update_attrs)
+from .store import (STATUS_DONE, STATUS_OK, BlockWriter, StoreError, block_states, check_store, claim_new,
+                    claim_restart, now_iso, read_attrs, read_status, update_attrs)
 
 __all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress", "Terminated", "dashboard_link",
            "slurm_job_script"]
@@ -124,21 +124,54 @@ def _worker_environ() -> dict:
     return env
 
 
-def _has_bokeh() -> bool:
-    import importlib.util
+#: the bokeh Dask's dashboard needs (older or no bokeh: its page says only "Dask needs bokeh>=3.1.0")
+BOKEH_MIN = "3.1"
 
-    return importlib.util.find_spec("bokeh") is not None
+
+def _has_bokeh() -> bool:
+    """Whether bokeh >= :data:`BOKEH_MIN` is installed here (what Dask's dashboard needs)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from packaging.version import Version
+
+        return Version(version("bokeh")) >= Version(BOKEH_MIN)
+    except PackageNotFoundError:
+        return False
+    except Exception:  # an unparsable version: let Dask decide
+        import importlib.util
+
+        return importlib.util.find_spec("bokeh") is not None
 
 
 def dashboard_link(client, cluster=None) -> str | None:
-    """The dashboard URL of the cluster behind ``client``, None when it has none."""
+    """The dashboard URL of the cluster behind ``client``, None when it has none (no HTTP
+    dashboard service, or a scheduler without bokeh >= :data:`BOKEH_MIN`, whose page shows
+    only an error)."""
     try:
         if cluster is not None:  # the embedded cluster's HTTP server serves the dashboard with bokeh only
             return cluster.dashboard_link if _has_bokeh() else None
         services = client.scheduler_info(n_workers=0).get("services", {})
-        return client.dashboard_link if "dashboard" in services else None
+        if "dashboard" not in services:
+            return None
+        try:
+            if not client.run_on_scheduler(_has_bokeh):
+                return None
+        except Exception:  # the scheduler does not run functions for us: show the link
+            pass
+        return client.dashboard_link
     except Exception:
         return None
+
+
+def _dashboard_line(client, cluster, where: str) -> str:
+    link = dashboard_link(client, cluster)
+    if link:
+        return f"dashboard: {link}"
+    if cluster is not None:
+        return f"dashboard: none (pip install bokeh: the Dask dashboard needs bokeh>={BOKEH_MIN})"
+    return (f"dashboard: the scheduler {where.split()[-1]} serves none (a dashboard needs "
+            f"bokeh>={BOKEH_MIN} where the scheduler runs)")
 
 
 def make_client(scheduler: str | None = None, workers: int | None = None, max_needed: int | None = None,
@@ -287,6 +320,8 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
         stream.write(f"sweeps: {msg}\n")
         stream.flush()
 
+    if cfg.mechanism_default:
+        say(f"mechanism: {cfg.mechanism} (the default: the config has no mechanism: key)")
     if not n_todo:
         report.action = "resumed"
         say(f"{cfg.name}: all {len(plan.blocks)} blocks of {path} are done")
@@ -295,28 +330,30 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
     lease = Lease(path, interval=lease_interval, stale_after=lease_stale_after)
     own_client = client is None
     cluster = None
+    claim = None
     try:
-        if planned != "create":  # the store exists: take it before connecting (a second driver
-            lease.acquire(takeover=takeover, say=say)  # refuses at once) and before any change
+        if planned == "create":
+            # the exclusive step, before the cluster starts: of drivers racing for a new store
+            # exactly one claims it (and its lease); the others see the claim and refuse
+            claim = claim_new(path, lease)
+            if claim is None:  # another driver claimed it between our look and our claim
+                again = check_store(path, plan, restart=restart)  # raises with what is there now
+                raise StoreError(f"{path!r} was claimed by another driver at the same moment"
+                                 + ("; it is a sweeps store now: run again to resume it" if again == "resume"
+                                    else "; run again"))
+        else:  # the store exists: take it before connecting (a second driver refuses at once)
+            lease.acquire(takeover=takeover, say=say)  # and before any change
         if own_client:  # connect first: a bad --scheduler leaves no trace in the store
             client, cluster, where = make_client(scheduler, workers, max_needed=n_todo)
         else:
             where = f"client {client.scheduler.address}"
-        link = dashboard_link(client, cluster)
-        if link:
-            say(f"dashboard: {link}")
-        elif cluster is not None:
-            say("dashboard: none (pip install bokeh for the Dask dashboard)")
-        else:
-            say(f"dashboard: the scheduler {where.split()[-1]} serves none")
+        say(_dashboard_line(client, cluster, where))
         driver_env = environment()
         worker_envs = check_workers(client, where, driver_env, timeout=worker_timeout,
                                     allow_mismatch=allow_mismatch, say=say)
-        report.action = prepare_store(path, plan, restart=restart, action=planned)
-        if planned == "create":
-            lease.acquire(takeover=takeover, say=say)
-        elif planned == "restart":
-            lease.rewrite()  # the restart deleted the old store and its lease file
+        if planned == "restart":
+            claim = claim_restart(path, lease)
+        report.action = claim.build(plan) if claim is not None else "resumed"
         say(f"{cfg.name}: {len(plan.blocks)} blocks x {plan.cells_per_block} cells, store {path} "
             f"({report.action}); {report.already_done} done, {n_todo} to compute")
         todo = (b for b in plan.blocks if states[b.number] != STATUS_OK)  # lazy: one Block at a time
@@ -324,6 +361,19 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
                           bar=Progress(n_todo, stream=stream, enabled=progress), on_result=on_result,
                           lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
                           worker_timeout=worker_timeout, max_inflight=max_inflight)
+    except BaseException as e:
+        if claim is None:
+            store_state = "none" if planned == "create" else "kept"
+        elif claim.built:
+            store_state = "kept"
+        else:
+            store_state = "half" if claim.action == "restart" else "none"
+            claim.abandon()  # stopped before the store was made: remove only what this driver made
+        try:  # what the command line's one-line message says (interrupted / terminated)
+            e.sweeps_progress = {"store": path, "state": store_state, "written": report.ok + report.failed}
+        except AttributeError:
+            pass
+        raise
     finally:
         lease.release()
         if own_client and client is not None:
@@ -335,6 +385,44 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
         + (f", {report.lost} lost (left missing)" if report.lost else "")
         + f", {report.already_done} done before; {report.wall_seconds:.1f} s")
     return report
+
+
+def _workers(client) -> dict | None:
+    """address -> name (``name (address)``) of the cluster's workers; None if it cannot be asked."""
+    try:
+        try:
+            info = client.scheduler_info(n_workers=-1)["workers"]
+        except TypeError:  # older distributed: no n_workers argument
+            info = client.scheduler_info()["workers"]
+    except Exception:
+        return None
+    out = {}
+    for addr, w in info.items():
+        name = w.get("name")
+        out[addr] = f"{name} ({addr})" if name not in (None, "", addr) else addr
+    return out
+
+
+def _lost_message(lost: str, path: str, store_id, run: int) -> str:
+    """Why this driver stops, and what of its work is in the store -- read back, not assumed."""
+    attrs = read_attrs(path)
+    if attrs is None:
+        kept = "the store is gone, and with it the blocks this run wrote"
+    elif (attrs.get("store_id") or attrs.get("created")) != store_id:
+        kept = "the store was made again by someone else: the blocks this run wrote are not in it"
+    else:
+        try:
+            import zarr
+
+            from .store import _quiet
+
+            with _quiet():
+                n = int((np.asarray(zarr.open_group(path, mode="r")["run"][...]) == run).sum())
+            kept = (f"{n} block{'s' if n != 1 else ''} written by this run (run {run}) "
+                    f"{'are' if n != 1 else 'is'} in the store")
+        except Exception as e:
+            kept = f"could not read back what this run wrote ({type(e).__name__})"
+    return f"{lost}; this driver stops and writes nothing more; {kept}"
 
 
 def _inflight_limit(client, max_inflight):
@@ -378,7 +466,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
     record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
               "submitted": n_todo, "ok": 0, "failed": 0, "lost": 0, "where": where,
               "pldlib_version": driver["pldlib"],
-              "driver": {"host": socket.gethostname(), "pid": os.getpid()},
+              "driver": {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": lease.info.get("pid_start")},
               "provenance": env}
     prev = _previous_env(runs)
     if prev is not None:
@@ -423,30 +511,39 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
     last_progress = time.monotonic()
     no_workers_since = None
     next_check = 0.0
+    store_id = attrs.get("store_id") or attrs.get("created")
+    seen = _workers(client) or {}
+
+    def check_lease():
+        if lease.lost:
+            raise StoreError(_lost_message(lease.lost, path, store_id, report.run))
+
     try:
         fill()
         while futures:
+            check_lease()  # every round: a driver that lost the store must not write into it
+            now = time.monotonic()
+            if now >= next_check:  # once a second: which workers are there
+                next_check = now + 1.0
+                current = _workers(client)
+                nw = len(current) if current is not None else 0
+                if current is not None:
+                    for addr in sorted(set(seen) - set(current)):
+                        say(f"note: worker {seen[addr]} left the cluster ({nw} left); "
+                            "Dask runs its unfinished blocks again on the others")
+                    seen = current
+                if nw:
+                    no_workers_since = None
+                else:
+                    no_workers_since = no_workers_since or now
+                    if now - no_workers_since > worker_timeout and now - last_progress > worker_timeout:
+                        record["state"] = "stalled"
+                        raise ClusterError(f"no workers on {where} and no progress for {worker_timeout:.0f} s "
+                                           f"(--worker-timeout); {len(futures)} blocks in flight, "
+                                           f"{n_todo - report.ok - report.failed - report.lost} unfinished "
+                                           "(finished blocks are saved; run again to resume)", exit_code=1)
             batch = ac.next_batch(block=False) if not ac.is_empty() else []
             if not batch:
-                now = time.monotonic()
-                if lease.lost:
-                    raise StoreError(lease.lost + "; this driver stops (its finished blocks are saved)")
-                if now >= next_check:
-                    next_check = now + 1.0
-                    try:
-                        nw = n_workers(client)
-                    except Exception:
-                        nw = 0
-                    if nw:
-                        no_workers_since = None
-                    else:
-                        no_workers_since = no_workers_since or now
-                        if now - no_workers_since > worker_timeout and now - last_progress > worker_timeout:
-                            record["state"] = "stalled"
-                            raise ClusterError(f"no workers on {where} and no progress for {worker_timeout:.0f} s "
-                                               f"(--worker-timeout); {len(futures)} blocks in flight, "
-                                               f"{n_todo - report.ok - report.failed - report.lost} unfinished "
-                                               "(finished blocks are saved; run again to resume)", exit_code=1)
                 time.sleep(0.01)
                 continue
             ready = []
@@ -491,6 +588,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
                         keep_tpr = (tpr_status[tkey] == STATUS_OK).reshape(S, -1)
                 ready.append((b, result, report.run, keep, keep_tpr))
             fill()  # keep the workers busy while this batch is written
+            check_lease()
             # every result of the batch in one concurrent write (data chunks, then commit chunks)
             for (b, result, *_), (cells, tcells) in zip(ready, writer.write_many(ready, with_tpr=True)):
                 bad = bool((~np.isin(cells, STATUS_DONE)).any())  # unsupported cells are final answers
@@ -508,12 +606,17 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
     finally:
         for fut in futures:
             fut.cancel()
-        record.update(finished=now_iso(), ok=report.ok, failed=report.failed, lost=report.lost)
-        attrs = read_attrs(path) or {}
-        runs = json.loads(attrs.get("runs", "[]"))
-        runs = [r for r in runs if r.get("run") != report.run] + [record]
-        extra = {}
-        if record["state"] == "finished":
-            extra["finished"] = record["finished"]
-            extra["complete"] = report.already_done + report.ok == report.n_blocks
-        update_attrs(path, runs=json.dumps(runs), **extra)
+        if not lease.lost:  # a store that is not ours any more: leave its attributes alone
+            _record_end(path, record, report)
+
+
+def _record_end(path, record, report) -> None:
+    record.update(finished=now_iso(), ok=report.ok, failed=report.failed, lost=report.lost)
+    attrs = read_attrs(path) or {}
+    runs = json.loads(attrs.get("runs", "[]"))
+    runs = [r for r in runs if r.get("run") != report.run] + [record]
+    extra = {}
+    if record["state"] == "finished":
+        extra["finished"] = record["finished"]
+        extra["complete"] = report.already_done + report.ok == report.n_blocks
+    update_attrs(path, runs=json.dumps(runs), **extra)

@@ -24,7 +24,8 @@ Layout (an xarray Dataset, zarr format 3, consolidated metadata):
   ``pldlib_version``, ``created``, ``started`` (first run), ``finished`` (end
   of the last run that ran to its end), ``complete`` (every block ok),
   ``machine`` (JSON), ``runs`` (JSON list, one record per ``sweeps run``),
-  ``status_codes``.
+  ``status_codes``, ``mechanism`` and ``mechanism_source`` (``config`` or
+  the default), ``store_id`` (random, new each time the store is made).
 
 Chunks are 1 along the block dims and full along steps and delta, so one
 block = one chunk of every variable.  The skeleton is written once by the
@@ -34,6 +35,16 @@ client writes, block by block, one whole chunk per variable through zarr
 arrays opened once per run -- data variables first, then ``status``/``run``
 as the commit marker, so a driver killed between the two leaves the block
 "missing", never "ok" with stale numbers.
+
+Creating a store is exclusive (:func:`claim_new`): the driver makes the store
+folder and, as the one exclusive step, its creation marker
+``sweeps.creating.json`` (``O_CREAT | O_EXCL``; it names the driver: host,
+pid, run id), takes the lease in it, and only then starts the cluster; the
+skeleton is built inside the store and moved into place (``zarr.json`` last),
+then the marker is removed.  Of drivers racing for one new path exactly one
+creates it; the others see the marker (or the lease) and refuse.  A driver
+never removes what it did not create; a marker whose driver is gone means a
+half-created store (no results in it), which ``--restart`` clears.
 """
 from __future__ import annotations
 
@@ -57,7 +68,8 @@ from .plan import BLOCK_DIMS, DIMS, TPR_DIMS, Block, Plan
 __all__ = ["StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "STATUS_UNSUPPORTED",
            "STATUS_DONE", "STATUS_CODES",
            "CELL_VARS", "BLOCK_VARS", "TPR_VARS", "read_attrs", "store_exists", "create_skeleton",
-           "check_store", "prepare_store", "read_status", "block_states", "BlockWriter", "update_attrs",
+           "check_store", "prepare_store", "read_status", "CREATING_NAME", "read_creating", "Claim", "claim_new",
+           "claim_restart", "block_states", "BlockWriter", "update_attrs",
            "open_dataset", "now_iso"]
 
 STATUS_MISSING, STATUS_OK, STATUS_FAILED, STATUS_UNSUPPORTED = 0, 1, 2, 3
@@ -107,6 +119,7 @@ def _quiet():
         warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
         # the driver's lease file (sweeps.lease) lives in the store while a run holds it
         warnings.filterwarnings("ignore", message=".*sweeps.lease.json.*")
+        warnings.filterwarnings("ignore", message=".*sweeps.creating.json.*")
         yield
 
 
@@ -225,12 +238,8 @@ def _template(plan: Plan, attrs: dict):
     return ds
 
 
-def create_skeleton(path: str, plan: Plan) -> None:
-    """Write metadata + coordinates (no data chunks) with mode 'w-'.
-
-    Local stores are built next to ``path`` and renamed into place, so a
-    driver killed while creating leaves no half-made store at ``path``.
-    """
+def _skeleton(plan: Plan):
+    """``(dataset, encoding)`` of the empty store of ``plan`` (metadata + coordinates only)."""
     cfg = plan.config
     from .provenance import package_version
 
@@ -241,8 +250,11 @@ def create_skeleton(path: str, plan: Plan) -> None:
         "sweeps_fingerprint": cfg.fingerprint(),
         "pldlib_version": package_version(),
         "mechanism": cfg.mechanism,
+        # the config may leave the mechanism out: then the default was used, and the store says so
+        "mechanism_source": "default (the config has no mechanism:)" if cfg.mechanism_default else "config",
         "status_codes": STATUS_CODES,
         "created": now_iso(),
+        "store_id": uuid.uuid4().hex,  # which making of the store this is (a driver checks it is still there)
         "started": "",
         "finished": "",
         "complete": False,
@@ -256,41 +268,324 @@ def create_skeleton(path: str, plan: Plan) -> None:
     tchunks = tuple(len(plan.fprs) if d == "fpr" else plan.chunks[d] for d in TPR_DIMS)
     encoding = {v: {"chunks": zchunks if v in CELL_VARS else tchunks if v in TPR_VARS else (1,) * len(BLOCK_DIMS)}
                 for v in _vars(plan)}
-    if _is_local(path):
-        final = Path(path.removeprefix("file://"))
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".{final.name}.creating-{uuid.uuid4().hex[:8]}"
-        try:
-            with _quiet():
-                ds.to_zarr(str(tmp), compute=False, mode="w-", encoding=encoding)
-            try:
-                os.rename(tmp, final)  # fails if final exists (not empty): never clobber
-            except OSError as e:
-                raise StoreError(f"cannot create {path!r}: {e.strerror or e} (another driver may have "
-                                 "created it just now)") from None
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    return ds, encoding
+
+
+# -- creating a store: exclusive, and recognisable when interrupted -------------------------------
+#: the creation marker: present from the moment a driver claims a new store (or starts a restart)
+#: until the store is complete; it names the driver (host, pid, run id)
+CREATING_NAME = "sweeps.creating.json"
+_LEASE_NAME = "sweeps.lease.json"  # sweeps.lease.LEASE_NAME (that module imports this one)
+_SWEEPS_FILES = (CREATING_NAME, _LEASE_NAME)
+#: name prefix of the folder :func:`sweeps.config.check_store_writable` makes and removes at once
+PROBE_PREFIX = ".sweeps-probe-"
+
+
+def _join(path: str, name: str) -> str:
+    return path.rstrip("/") + "/" + name
+
+
+def _local_path(path: str) -> Path:
+    return Path(path.removeprefix("file://")).expanduser()
+
+
+@contextmanager
+def signals_held():
+    """Hold SIGINT and SIGTERM back (delivered right after) while a file is created and written:
+    an interrupted driver then never leaves an empty marker or lease file behind (a SIGKILL
+    still can; :func:`read_creating` and the lease tell such files apart)."""
+    import signal
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _create_exclusive(path, data: bytes) -> None:
+    """Create ``path`` with ``data``, failing with FileExistsError if it exists (``O_EXCL``)."""
+    with signals_held():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
+def read_creating(path: str) -> dict | None:
+    """The creation marker of ``path`` (who is creating it), or None when there is none.
+
+    A marker file that exists but cannot be read as JSON (its driver was killed between
+    creating and writing it) gives ``{"unreadable": True, "heartbeat": <its mtime>}``."""
+    try:
+        if _is_local(path):
+            f = _local_path(path) / CREATING_NAME
+            text, mtime = f.read_text(), f.stat().st_mtime
+        else:
+            fs, p = _fs(_join(path, CREATING_NAME))
+            text, mtime = fs.cat_file(p).decode(), time.time()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None
+    try:
+        info = json.loads(text)
+        if isinstance(info, dict):
+            return info
+    except ValueError:
+        pass
+    return {"unreadable": True, "heartbeat": mtime,
+            "started": datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")}
+
+
+def _owner_info(lease, action: str) -> dict:
+    if lease is not None:
+        info = {k: lease.info.get(k) for k in ("token", "host", "pid", "pid_start", "started", "heartbeat")}
     else:
-        with _quiet():
-            ds.to_zarr(path, compute=False, mode="w-", encoding=encoding)
+        from .lease import process_start
+
+        info = {"token": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+                "pid_start": process_start(os.getpid()), "started": now_iso(), "heartbeat": time.time()}
+    info["action"] = action
+    return info
+
+
+class Claim:
+    """A driver's exclusive hold on a store it creates (or restarts).
+
+    From :func:`claim_new` / :func:`claim_restart` until :meth:`build` has written the
+    whole skeleton, the store holds the marker :data:`CREATING_NAME` naming the driver;
+    other drivers refuse the store while that driver lives, and call it half-created
+    (``--restart`` clears it) once it is gone.  No block is ever written before the
+    marker is removed, so a half-created store holds no results.
+    """
+
+    def __init__(self, path: str, info: dict, made_dir: bool, lease=None):
+        self.path, self.info, self.made_dir, self.lease = path, info, made_dir, lease
+        self.built = False
+        self.moved: list[str] = []  # entries of the skeleton already moved into the store
+
+    @property
+    def action(self) -> str:
+        return self.info["action"]
+
+    def _marker_is_ours(self, or_unreadable: bool = False) -> bool:
+        got = read_creating(self.path)
+        if got is None:  # gone, or (interrupted while writing it) empty
+            return or_unreadable
+        return got.get("token") == self.info["token"]
+
+    def _remove_marker(self, or_unreadable: bool = False) -> None:
+        if not self._marker_is_ours(or_unreadable):
+            return
+        if _is_local(self.path):
+            (_local_path(self.path) / CREATING_NAME).unlink(missing_ok=True)
+        else:
+            fs, p = _fs(_join(self.path, CREATING_NAME))
+            fs.rm(p)
+
+    def build(self, plan: Plan) -> str:
+        """Write the skeleton of ``plan`` into the claimed store, then drop the marker;
+        returns 'created' or 'restarted'.  Local stores: built in a hidden folder inside the
+        store and moved into place, ``zarr.json`` last."""
+        ds, encoding = _skeleton(plan)
+        try:
+            if _is_local(self.path):
+                root = _local_path(self.path)
+                tmp = root / f".sweeps-build-{self.info['token'][:8]}"
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+                with _quiet():
+                    ds.to_zarr(str(tmp), compute=False, mode="w-", encoding=encoding)
+                names = sorted(os.listdir(tmp), key=lambda n: n == "zarr.json")  # the group's metadata last
+                for n in names:
+                    os.rename(tmp / n, root / n)
+                    self.moved.append(n)
+                os.rmdir(tmp)
+            else:
+                self.info["url_written"] = True
+                with _quiet():
+                    ds.to_zarr(self.path, compute=False, mode="a", encoding=encoding)
+            self._remove_marker()
+        except OSError as e:
+            raise StoreError(f"cannot create {self.path!r}: {e.strerror or e}") from None
+        self.built = True
+        return "restarted" if self.action == "restart" else "created"
+
+    def abandon(self) -> None:
+        """Undo a claim whose store was never built (the run stopped before): release the
+        lease; for a new store remove what this driver put there (build folder, skeleton
+        entries already moved, marker) and the store folder if this driver made it.  Removes
+        nothing else.  A restart keeps its marker: the old store is (partly) cleared, and the
+        marker makes it a recognisable half-created store."""
+        if self.built:
+            return
+        if self.lease is not None:
+            self.lease.release()
+        if self.action == "restart":
+            return
+        try:
+            if _is_local(self.path):
+                root = _local_path(self.path)
+                shutil.rmtree(root / f".sweeps-build-{self.info['token'][:8]}", ignore_errors=True)
+                for n in reversed(self.moved):  # zarr.json (moved last) goes first
+                    q = root / n
+                    shutil.rmtree(q) if q.is_dir() and not q.is_symlink() else q.unlink(missing_ok=True)
+                # while the marker holds the store no other driver writes a lease into it: a lease
+                # file that is ours, or empty (interrupted while writing it), is this driver's
+                lease = root / _LEASE_NAME
+                try:
+                    got = json.loads(lease.read_text())
+                except (OSError, ValueError):
+                    got = None
+                if lease.exists() and (got is None or got.get("token") == self.info["token"]):
+                    lease.unlink(missing_ok=True)
+            elif self.moved or self.info.get("url_written"):
+                return  # an object store's partial skeleton: keep the marker (half-created)
+            self._remove_marker(or_unreadable=True)
+            if self.made_dir and _is_local(self.path):
+                os.rmdir(_local_path(self.path))  # only if empty: never anything another made
+        except OSError:
+            pass
+
+
+def claim_new(path: str, lease=None) -> Claim | None:
+    """Claim the new store ``path`` for this driver, exclusively; None when another driver
+    claimed it first (then :func:`check_store` says what is there).
+
+    Local: the store folder is made (``mkdir``; an existing empty folder is used), and the
+    exclusive step is the creation of the marker :data:`CREATING_NAME` with ``O_CREAT |
+    O_EXCL``: of drivers racing for one path exactly one succeeds.  Then ``lease`` (a
+    :class:`sweeps.lease.Lease`) is taken in the fresh store, so the store is never without
+    an owner.  Object stores: the marker is written if absent and read back (best effort).
+    Errors are one-line :class:`StoreError`.
+    """
+    info = _owner_info(lease, "create")
+    data = json.dumps(info).encode()
+    made = False
+    if _is_local(path):
+        root = _local_path(path)
+        try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(root)
+                made = True
+            except FileExistsError:
+                if not root.is_dir():
+                    raise StoreError(f"{path!r} exists and is not a directory (a zarr store is one)") from None
+                if any(n != CREATING_NAME and not n.startswith(PROBE_PREFIX) for n in os.listdir(root)):
+                    return None  # something appeared meanwhile: not ours to use
+            try:
+                _create_exclusive(root / CREATING_NAME, data)
+            except FileExistsError:
+                return None  # another driver's claim
+        except BaseException as e:
+            if made:
+                try:
+                    os.rmdir(root)
+                except OSError:
+                    pass
+            if isinstance(e, OSError) and not isinstance(e, StoreError):
+                raise StoreError(f"cannot create {path!r}: {e.strerror or e}") from None
+            raise
+    else:
+        fs, p = _fs(path)
+        mp = _join(p, CREATING_NAME)
+        try:
+            if fs.exists(mp) or (fs.exists(p) and fs.ls(p)):
+                return None
+            fs.pipe_file(mp, data)
+            if json.loads(fs.cat_file(mp)).get("token") != info["token"]:
+                return None
+        except OSError as e:
+            raise StoreError(f"cannot create {path!r}: {e.strerror or e}") from None
+    claim = Claim(path, info, made, lease)
+    if lease is not None:
+        try:
+            lease.acquire()
+        except BaseException:
+            claim.abandon()
+            raise
+    return claim
+
+
+def claim_restart(path: str, lease=None) -> Claim:
+    """Start over in the sweeps store ``path`` (``--restart``; the caller holds ``lease``):
+    the marker is written first, then every entry but the lease and the marker is
+    removed.  A driver killed during the restart leaves a half-created store."""
+    info = _owner_info(lease, "restart")
+    data = json.dumps(info).encode()
+    try:
+        if _is_local(path):
+            root = _local_path(path)
+            tmp = root / f".{CREATING_NAME}.{info['token'][:8]}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, root / CREATING_NAME)
+            for n in os.listdir(root):
+                if n in _SWEEPS_FILES or n.startswith(PROBE_PREFIX):
+                    continue
+                q = root / n
+                if q.is_dir() and not q.is_symlink():
+                    shutil.rmtree(q)
+                else:
+                    q.unlink()
+        else:
+            fs, p = _fs(path)
+            fs.pipe_file(_join(p, CREATING_NAME), data)
+            for q in fs.ls(p, detail=False):
+                if q.rstrip("/").rsplit("/", 1)[-1] not in _SWEEPS_FILES:
+                    fs.rm(q, recursive=True)
+    except OSError as e:
+        raise StoreError(f"cannot restart {path!r}: {e.strerror or e}") from None
+    return Claim(path, info, False, lease)
+
+
+def create_skeleton(path: str, plan: Plan) -> None:
+    """Create the store of ``plan`` at ``path`` (no data chunks): :func:`claim_new` +
+    :meth:`Claim.build`.  Raises :class:`StoreError` when ``path`` is taken."""
+    claim = claim_new(path)
+    if claim is None:
+        raise StoreError(f"cannot create {path!r}: another driver is creating it, or it is not empty")
+    claim.build(plan)
 
 
 def check_store(path: str, plan: Plan, restart: bool = False) -> str:
     """What ``prepare_store`` would do with ``path``: 'create', 'resume' or 'restart'.
 
     Writes nothing.  Raises :class:`StoreError` when ``path`` holds a store
-    made from another config and ``restart`` is false, or holds something
-    that is not a sweeps store (never deleted, not even with ``restart``).
+    made from another config and ``restart`` is false, holds something that
+    is not a sweeps store (never deleted, not even with ``restart``), is being
+    created by a live driver, or was left half-created by a driver that is
+    gone and ``restart`` is false.
     """
     fp = plan.config.fingerprint()
     if not store_exists(path):
         return "create"
+    creating = read_creating(path)
+    if creating is not None:
+        from .lease import creator_state, describe_owner
+
+        state = creator_state(path, creating)
+        what = "restarted" if creating.get("action") == "restart" else "created"
+        if state == "live":
+            raise StoreError(f"{path!r} is being {what} by another driver, {describe_owner(creating)}, which "
+                             f"then runs the sweep; wait for it (sweeps status {path}) or choose another --store")
+        if not restart:
+            why = state.removeprefix("stale: ")
+            raise StoreError(f"{path!r} was left half-created by a driver that is gone ({why}; it was "
+                             f"{describe_owner(creating)}); it holds no results: pass --restart to clear it "
+                             "and create it again")
+        return "restart"
     attrs = read_attrs(path)
     fs, p = _fs(path)
     if attrs is None or "sweeps_fingerprint" not in attrs:
-        if fs.isdir(p) and not fs.ls(p):
-            return "create"  # an empty directory: use it
+        if fs.isdir(p) and not [q for q in fs.ls(p, detail=False)
+                                if not q.rstrip("/").rsplit("/", 1)[-1].startswith(PROBE_PREFIX)]:
+            return "create"  # an empty directory (perhaps another driver's writability probe in it): use it
         raise StoreError(f"{path!r} exists and is not a sweeps store; choose another --store "
                          "(it is never overwritten, not even with --restart)")
     if attrs["sweeps_fingerprint"] != fp and not restart:
@@ -305,18 +600,18 @@ def check_store(path: str, plan: Plan, restart: bool = False) -> str:
 
 
 def prepare_store(path: str, plan: Plan, restart: bool = False, action: str | None = None) -> str:
-    """Make ``path`` ready for ``plan``; returns 'created', 'resumed' or 'restarted'.
+    """Make ``path`` ready for ``plan`` (without a lease; the driver uses :func:`claim_new` /
+    :func:`claim_restart` with its lease); returns 'created', 'resumed' or 'restarted'.
 
     ``action``: the result of :func:`check_store` if already known.
     """
     action = action or check_store(path, plan, restart)
     if action == "resume":
         return "resumed"
-    fs, p = _fs(path)
-    if fs.exists(p):  # a sweeps store to start over, or an empty directory
-        fs.rm(p, recursive=True)
+    if action == "restart":
+        return claim_restart(path).build(plan)
     create_skeleton(path, plan)
-    return "restarted" if action == "restart" else "created"
+    return "created"
 
 
 def _check_layout(path: str, plan: Plan) -> None:
