@@ -331,11 +331,12 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
     own_client = client is None
     cluster = None
     claim = None
+    claimed: list = []  # claim_new's claim, recorded even if an interrupt lands before it returns
     try:
         if planned == "create":
             # the exclusive step, before the cluster starts: of drivers racing for a new store
             # exactly one claims it (and its lease); the others see the claim and refuse
-            claim = claim_new(path, lease)
+            claim = claim_new(path, lease, holder=claimed)
             if claim is None:  # another driver claimed it between our look and our claim
                 again = check_store(path, plan, restart=restart)  # raises with what is there now
                 raise StoreError(f"{path!r} was claimed by another driver at the same moment"
@@ -362,6 +363,7 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
                           lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
                           worker_timeout=worker_timeout, max_inflight=max_inflight)
     except BaseException as e:
+        claim = claim if claim is not None else (claimed[0] if claimed else None)
         if claim is None:
             store_state = "none" if planned == "create" else "kept"
         elif claim.built:

@@ -453,7 +453,7 @@ class Claim:
             pass
 
 
-def claim_new(path: str, lease=None) -> Claim | None:
+def claim_new(path: str, lease=None, holder: list | None = None) -> Claim | None:
     """Claim the new store ``path`` for this driver, exclusively; None when another driver
     claimed it first (then :func:`check_store` says what is there).
 
@@ -462,7 +462,9 @@ def claim_new(path: str, lease=None) -> Claim | None:
     O_EXCL``: of drivers racing for one path exactly one succeeds.  Then ``lease`` (a
     :class:`sweeps.lease.Lease`) is taken in the fresh store, so the store is never without
     an owner.  Object stores: the marker is written if absent and read back (best effort).
-    Errors are one-line :class:`StoreError`.
+    Errors are one-line :class:`StoreError`.  The claim is appended to ``holder`` (when given)
+    with signals held, as soon as it exists: an interrupt that arrives between the marker's
+    creation and this function's return still leaves the caller a claim to abandon.
     """
     info = _owner_info(lease, "create")
     data = json.dumps(info).encode()
@@ -472,17 +474,22 @@ def claim_new(path: str, lease=None) -> Claim | None:
         try:
             root.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.mkdir(root)
-                made = True
+                with signals_held():  # the folder and the record that this driver made it
+                    os.mkdir(root)
+                    made = True
             except FileExistsError:
                 if not root.is_dir():
                     raise StoreError(f"{path!r} exists and is not a directory (a zarr store is one)") from None
                 if any(n != CREATING_NAME and not n.startswith(PROBE_PREFIX) for n in os.listdir(root)):
                     return None  # something appeared meanwhile: not ours to use
-            try:
-                _create_exclusive(root / CREATING_NAME, data)
-            except FileExistsError:
-                return None  # another driver's claim
+            with signals_held():  # the marker and the record that it is ours, as one step
+                try:
+                    _create_exclusive(root / CREATING_NAME, data)
+                except FileExistsError:
+                    return None  # another driver's claim
+                claim = Claim(path, info, made, lease)
+                if holder is not None:
+                    holder.append(claim)
         except BaseException as e:
             if made:
                 try:
@@ -503,7 +510,9 @@ def claim_new(path: str, lease=None) -> Claim | None:
                 return None
         except OSError as e:
             raise StoreError(f"cannot create {path!r}: {e.strerror or e}") from None
-    claim = Claim(path, info, made, lease)
+        claim = Claim(path, info, made, lease)
+        if holder is not None:
+            holder.append(claim)
     if lease is not None:
         try:
             lease.acquire()
