@@ -41,6 +41,7 @@ from .pld.grid import _discounted_tail_sums
 __all__ = ["GaussianExact", "BinomialExact", "IdentityExact", "split_exact", "ExactSplit", "MAX_TERMS"]
 
 U = 2.0 ** -53
+TINY = 5e-324  # the smallest positive (subnormal) double
 #: largest number of binomial terms enumerated for one randomized-response group
 MAX_TERMS = 4_000_000
 _LOG_TINY = -740.0
@@ -68,7 +69,7 @@ class GaussianExact:
     def __init__(self, mu: float):
         self.mu = float(mu)
         if not (self.mu > 0 and math.isfinite(self.mu)):
-            raise ValueError(f"mu must be positive and finite, got {mu!r}")
+            raise ValueError(f"mu must be positive and finite, got {V.fmt(mu)}")
 
     def log_delta_bounds(self, eps):
         eps = np.asarray(eps, dtype=float)
@@ -96,7 +97,11 @@ class GaussianExact:
     def delta_bounds(self, eps):
         lo, hi = self.log_delta_bounds(eps)
         with np.errstate(under="ignore"):
-            return np.exp(lo) * (1 - 4 * U), np.minimum(np.exp(hi) * (1 + 4 * U), 1.0)
+            up = np.minimum(np.exp(hi) * (1 + 4 * U), 1.0)
+            # delta(eps) > 0 for every finite eps: an upper bound that underflows to 0 is
+            # carried up to the smallest positive double (never below the truth)
+            up = np.where(up > 0, up, TINY)
+            return np.exp(lo) * (1 - 4 * U), up
 
     def epsilon_bounds(self, deltas):
         """Certified (lower, upper) of eps(delta): the largest eps with
@@ -181,6 +186,46 @@ class IdentityExact:
 
 
 # -- randomized response ----------------------------------------------------------------
+#: largest eps0 the binomial enumeration takes: e^-eps0 / (1 + e^-eps0) is then a normal
+#: double (its logarithm, and Loader's bd0 at K q, keep their relative accuracy)
+MAX_RR_EPS0 = 708.0
+
+
+def _split(a):
+    """Veltkamp's split a = hi + lo with hi, lo of at most 26 significant bits (exact)."""
+    c = 134217729.0 * a  # 2^27 + 1
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def _outward_product(n, x: float):
+    """(lo, hi) doubles with lo <= n x <= hi for exact integers n (|n| < 2^53, array) and a
+    double x: the rounded product and, where it is not exact, its neighbour on the other side
+    of the exact value.  The sign of the rounding error comes from Dekker's exact product
+    (n x = fl(n x) + err exactly while nothing under- or overflows; for |x| < 1e-250 both
+    neighbours are taken instead).  docs/MATH.md 12.3."""
+    n = np.asarray(n, dtype=float)
+    prod = n * x
+    if not (1e-250 <= abs(x) <= 1e250):
+        return np.nextafter(prod, -np.inf), np.nextafter(prod, np.inf)
+    nh, nl = _split(n)
+    xh, xl = _split(x)
+    err = ((nh * xh - prod) + nh * xl + nl * xh) + nl * xl
+    lo = np.where(err < 0, np.nextafter(prod, -np.inf), prod)
+    hi = np.where(err > 0, np.nextafter(prod, np.inf), prod)
+    return lo, hi
+
+
+def _sub_down(a, b):
+    """A double <= a - b (exact a, b): the rounded difference stepped one ulp down."""
+    return np.nextafter(np.subtract(a, b), -np.inf)
+
+
+def _sub_up(a, b):
+    """A double >= a - b (exact a, b)."""
+    return np.nextafter(np.subtract(a, b), np.inf)
+
+
 def _stirlerr(n):
     """ln(n!) - ln(sqrt(2 pi n) (n/e)^n) for n >= 1 (Loader 2000), vectorised."""
     n = np.asarray(n, dtype=float)
@@ -220,13 +265,15 @@ def _bd0(x, M):
     return out
 
 
-def binom_logpmf(j, K: int, p: float, q: float):
+def binom_logpmf(j, K: int, p: float, q: float, log_p: float | None = None, log_q: float | None = None):
     """(ln b_j, bound on its absolute error) for j ~ Binomial(K, p) (q = 1 - p given
-    separately for accuracy), by Loader's saddle-point form
+    separately for accuracy; the products Kp, Kq to relative 5u, 7u), by Loader's saddle-point form
     ln b = stirlerr(K) - stirlerr(j) - stirlerr(K-j) - bd0(j, Kp) - bd0(K-j, Kq)
            + 0.5 ln(K / (2 pi j (K - j)))   (0 < j < K).
-    The error bound: 16u times the sum of the magnitudes, plus 8u |j - Kp| (the
-    rounding of Kp, and of Kq, moves each bd0 by at most |d bd0/dM| 4u M = 4u |j - M|)."""
+    The error bound: 16u times the sum of the magnitudes, plus 12u |j - Kp| (the
+    rounding of Kp (5u) and of Kq (7u) moves bd0 by at most |d bd0/dM| r M = r |j - M|).
+    ``log_p`` / ``log_q`` (to relative 6u) serve the end terms K ln q, K ln p (default:
+    the logarithms of p, q)."""
     j = np.asarray(j, dtype=float)
     Kf = float(K)
     M1, M2 = Kf * p, Kf * q
@@ -241,14 +288,17 @@ def binom_logpmf(j, K: int, p: float, q: float):
         lg = 0.5 * (math.log(Kf) - np.log(2 * math.pi * ji) - np.log(Kf - ji))
         out[inner] = s0 - sj - sk - b1 - b2 + lg
         err[inner] = 16 * U * (abs(s0) + np.abs(sj) + np.abs(sk) + b1 + b2 + np.abs(lg) + 1) \
-            + 8 * U * np.abs(ji - M1) + 1e-15
-    e0 = j == 0
-    out[e0] = Kf * math.log(q) if q > 0 else -np.inf
-    # (p and q carry a relative error <= 4u: ln moves by <= 4u per factor, K factors)
-    err[e0] = 4 * U * (Kf + abs(Kf * math.log(q))) + 4 * U if q > 0 else 0.0
-    eK = j == Kf
-    out[eK] = Kf * math.log(p) if p > 0 else -np.inf
-    err[eK] = 4 * U * (Kf + abs(Kf * math.log(p))) + 4 * U if p > 0 else 0.0
+            + 12 * U * np.abs(ji - M1) + 1e-15
+    # end terms K ln q, K ln p: ln q to relative 6u (given) or, from q itself (relative 5u),
+    # to absolute 5u + u |ln q|; the product adds u
+    for mask, x, lx in ((j == 0, q, log_q), (j == Kf, p, log_p)):
+        if lx is None:
+            lx = math.log(x) if x > 0 else -math.inf
+            e_one = 6 * U * (1 + abs(lx)) if x > 0 else 0.0
+        else:
+            e_one = 6 * U * abs(lx)
+        out[mask] = Kf * lx
+        err[mask] = Kf * e_one + 2 * U * abs(Kf * lx) + 4 * U if math.isfinite(lx) else 0.0
     return out, err
 
 
@@ -265,8 +315,19 @@ class BinomialExact:
         self.eps0 = float(eps0)
         self.K = int(K)
         e0 = self.eps0
-        self.p = 1.0 / (1.0 + math.exp(-e0))
-        self.q = 1.0 / (1.0 + math.exp(e0))
+        if not 0 < e0 <= MAX_RR_EPS0:
+            from .profiles.base import LossRangeError
+            raise LossRangeError(f"eps0={e0!r}: randomized-response and (eps0, delta0)-DP steps are "
+                                 f"supported up to eps0 = {MAX_RR_EPS0:g} (beyond, e^-eps0 leaves the "
+                                 "normal double range)")
+        # p = 1 / (1 + e^-eps0), q = e^-eps0 / (1 + e^-eps0) (no cancellation, no overflow: to
+        # relative 4u and 6u; times K: 5u, 7u) and their logarithms (ln p = -log1p(e^-eps0) to
+        # relative 4u, ln q = -eps0 + ln p to 5u)
+        w = math.exp(-e0)
+        self.p = 1.0 / (1.0 + w)
+        self.q = w / (1.0 + w)
+        self.log_p = -math.log1p(w)
+        self.log_q = -e0 + self.log_p
         K = self.K
         mean = K * self.p
         # window half-width t: Hoeffding bound 2 exp(-2 t^2 / K) <= 2 e^-log_tail
@@ -275,14 +336,20 @@ class BinomialExact:
         j_hi = min(K, int(math.ceil(mean + t)))
         self.tail = 0.0 if (j_lo == 0 and j_hi == K) else 2 * math.exp(-log_tail)
         j = np.arange(j_lo, j_hi + 1, dtype=float)
-        lp, le = binom_logpmf(j, K, self.p, self.q)
+        lp, le = binom_logpmf(j, K, self.p, self.q, self.log_p, self.log_q)
         keep = lp + le > _LOG_TINY
+        if keep.any():  # (the pmf is unimodal: keep one run, so that j stays consecutive)
+            kept = np.flatnonzero(keep)
+            keep[kept[0]:kept[-1] + 1] = True
         if not keep.all():
             # dropped terms: fewer than K+1, each below e^_LOG_TINY
             self.tail += (K + 1) * math.exp(_LOG_TINY)
             j, lp, le = j[keep], lp[keep], le[keep]
         self.j = j
-        self.loss = (2 * j - K) * e0  # 2j - K exact (|2j - K| < 2^53), one rounding
+        # the losses (2j - K) eps0 rounded outward (2j - K exact, |2j - K| < 2^53): the upper
+        # bound takes each atom at loss_hi >= its loss, the lower at loss_lo <= it (MATH 12.3)
+        self.loss_lo, self.loss_hi = _outward_product(2 * j - K, e0)
+        self.loss = (2 * j - K) * e0  # the rounded losses (an estimate; bounds use lo / hi)
         with np.errstate(under="ignore"):
             self.m_lo = np.exp(lp - le) * (1 - 4 * U)
             self.m_hi = np.exp(lp + le) * (1 + 4 * U)
@@ -306,19 +373,24 @@ class BinomialExact:
         return self._suffix[key]
 
     def _delta_with(self, m, eps, upper):
+        """sum_{j >= i} m_j (1 - e^{eps - l_j}) with i the first atom whose loss, rounded
+        outward on the bound's side (loss_hi for the upper bound, loss_lo for the lower), is
+        above eps, and l_j = l'_i + 2 eps0 (j - i) (l'_i that rounded loss): every term is
+        >= (upper) or <= (lower, and >= 0) the atom's exact term (1 - e^{eps - l_j})_+."""
         A, B = self._sums(m)
         n = m.size
-        i = np.searchsorted(self.loss, eps, side="right")  # first loss > eps
+        loss = self.loss_hi if upper else self.loss_lo
+        i = np.searchsorted(loss, eps, side="right")  # first loss > eps
         ii = np.minimum(i, n - 1)
         with np.errstate(over="ignore", invalid="ignore"):
-            val = A[ii] - np.exp(eps - self.loss[ii]) * B[ii]
+            val = A[ii] - np.exp(eps - loss[ii]) * B[ii]
         val = np.where(i >= n, 0.0, val)
         # rounding: sums of non-negative terms (relative n u), the exponent (u (|eps| + |l|))
         nerr = 2 * (math.log2(n + 1) + 4) * U
         if upper:
-            val = val * (1 + nerr) + np.where(i < n, 4 * U * (np.abs(eps) + np.abs(self.loss[ii]) + 1) * A[ii], 0)
+            val = val * (1 + nerr) + np.where(i < n, 4 * U * (np.abs(eps) + np.abs(loss[ii]) + 1) * A[ii], 0)
             return np.minimum(val + self.tail, 1.0)
-        val = val * (1 - nerr) - np.where(i < n, 4 * U * (np.abs(eps) + np.abs(self.loss[ii]) + 1) * A[ii], 0)
+        val = val * (1 - nerr) - np.where(i < n, 4 * U * (np.abs(eps) + np.abs(loss[ii]) + 1) * A[ii], 0)
         return np.maximum(val, 0.0)
 
     def delta_bounds(self, eps):
@@ -341,10 +413,10 @@ class BinomialExact:
         """upper: smallest eps with delta_hi(eps) <= d; else largest eps with delta_lo(eps) >= d."""
         f = (lambda e: float(self._delta_with(self.m_hi, np.array([e]), True)[0]) - d) if upper else \
             (lambda e: float(self._delta_with(self.m_lo, np.array([e]), False)[0]) - d)
-        top = float(self.loss[-1]) + 1.0
+        top = float(self.loss_hi[-1]) + 1.0
         if upper and f(top) > 0:
             return math.inf  # the bound never drops to d (tail term)
-        bot = float(self.loss[0]) - 1.0
+        bot = float(self.loss_lo[0]) - 1.0
         while f(bot) < 0:
             if bot < -1e300:
                 return -math.inf
@@ -389,7 +461,8 @@ def split_exact(components, relation: str) -> ExactSplit:
     out = ExactSplit()
     for ev, k in components:
         if isinstance(ev, E.GaussianEvent):
-            out.gauss_inv_var += k / ev.sigma**2
+            s2 = ev.sigma * ev.sigma  # (inf or 0 beyond floating point: combined_sigma then rescales)
+            out.gauss_inv_var += k / s2 if s2 > 0 else math.inf
             out.gauss_terms += 1
             out.gauss_steps.append((ev.sigma, k))
         elif isinstance(ev, E.ApproxDPEvent):
@@ -411,7 +484,13 @@ def combined_sigma(split: ExactSplit) -> float:
     composing by hand and composing the list give the same float)."""
     if len(split.gauss_steps) == 1 and split.gauss_steps[0][1] == 1:
         return float(split.gauss_steps[0][0])
-    return 1.0 / math.sqrt(split.gauss_inv_var)
+    v = split.gauss_inv_var
+    if 0.0 < v < math.inf and all(1e-150 < s < 1e150 for s, _ in split.gauss_steps):
+        return 1.0 / math.sqrt(v)
+    # sigma^2 beyond floating point (sigma ~ 1e300 or 1e-300): m / sqrt(sum k (m / sigma)^2),
+    # m the smallest sigma (every ratio <= 1; the same rounding bound)
+    m = min(float(s) for s, _ in split.gauss_steps)
+    return m / math.sqrt(math.fsum(k * (m / s) ** 2 for s, k in split.gauss_steps))
 
 
 def gaussian_exact(sigma: float, c: float, terms: int) -> "GaussianPair":
@@ -500,7 +579,10 @@ class GaussRRExact:
         hi = np.empty(eps.shape)
         n = self.b.loss.size
         for idx, e in np.ndenumerate(eps):
-            gl, gh = self.g.delta_bounds(e - self.b.loss)
+            # delta_G is decreasing: its argument eps - l_j rounded up for the lower bound
+            # (from l_j >= loss_lo) and down for the upper (from l_j <= loss_hi)
+            gl = self.g.delta_bounds(_sub_up(e, self.b.loss_lo))[0]
+            gh = self.g.delta_bounds(_sub_down(e, self.b.loss_hi))[1]
             s_lo = float(np.sum(self.b.m_lo * gl))
             s_hi = float(np.sum(self.b.m_hi * gh))
             nerr = (n + 4) * U
@@ -517,8 +599,8 @@ class GaussRRExact:
             d = float(d)
             fu = lambda e: float(self.delta_bounds(e)[1][0]) - d  # noqa: E731
             fl = lambda e: float(self.delta_bounds(e)[0][0]) - d  # noqa: E731
-            top = float(self.b.loss[-1]) + mu * mu / 2 + 40 * mu + 40
-            bot = float(self.b.loss[0]) - mu * mu / 2 - 40 * mu - 40
+            top = float(self.b.loss_hi[-1]) + mu * mu / 2 + 40 * mu + 40
+            bot = float(self.b.loss_lo[0]) - mu * mu / 2 - 40 * mu - 40
             for _ in range(64):
                 if not fu(top) > 0:
                     break

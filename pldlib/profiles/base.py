@@ -431,11 +431,13 @@ class FiniteProfile(PrivacyProfile):
     losses : array of finite privacy-loss values l_j
     p_masses : P(L = l_j)
     p_inf : P(L = +inf)
+    q_masses : Q(L = l_j), optional: the pair's own Q-masses where they are known more
+        accurately than p_j e^{-l_j} (e.g. randomized response, whose Q is P swapped)
 
     The Q-masses follow: Q(L = l_j) = p_j e^{-l_j}; the rest of Q sits at L = -inf.
     """
 
-    def __init__(self, losses, p_masses, p_inf: float = 0.0):
+    def __init__(self, losses, p_masses, p_inf: float = 0.0, q_masses=None):
         losses = np.asarray(losses, dtype=float)
         p = np.asarray(p_masses, dtype=float)
         if losses.shape != p.shape or losses.ndim != 1 or losses.size == 0:
@@ -450,7 +452,17 @@ class FiniteProfile(PrivacyProfile):
         order = np.argsort(losses)
         self.losses = losses[order]
         self.p_masses = p[order]
-        self.q_masses = self.p_masses * np.exp(-self.losses)
+        if q_masses is not None:
+            qm = np.asarray(q_masses, dtype=float)
+            if qm.shape != p.shape or not np.all(qm >= 0):
+                raise ValueError("q_masses must be >= 0, one per loss")
+            self.q_masses = qm[order]
+        else:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                qm = self.p_masses * np.exp(-self.losses)
+                # e^{-l} beyond the double range (tiny p_j): ln p_j - l_j instead; p_j = 0: 0
+                qm = np.where(np.isfinite(qm), qm, np.exp(np.log(self.p_masses) - self.losses))
+            self.q_masses = np.where(self.p_masses > 0, qm, 0.0)
         if self.q_masses.sum() > 1.0 + 1e-12:
             raise ValueError("the atoms give Q more than total mass 1: not a valid pair")
         self.q_minus_inf = max(0.0, 1.0 - self.q_masses.sum())
@@ -492,7 +504,8 @@ class FiniteProfile(PrivacyProfile):
         eps = _as_array(eps)
         # (where long double is plain double, the suffix sums would lose the accuracy claimed)
         if self.losses.size < self.DIRECT_ATOMS or eps.size < 8 or not _EXTENDED:
-            w = np.maximum(0.0, -np.expm1(eps[..., None] - self.losses))
+            with np.errstate(over="ignore"):  # (e^{eps - l} = inf: the atom adds 0)
+                w = np.maximum(0.0, -np.expm1(eps[..., None] - self.losses))
             return np.clip(self.p_inf + (self.p_masses * w).sum(axis=-1), 0.0, 1.0)
         flat = eps.ravel()
         if not hasattr(self, "_suffix_ld"):
@@ -531,8 +544,16 @@ def randomized_response_profile(eps0: float) -> FiniteProfile:
     delta(eps) = (e^eps0 - e^eps)_+ / (1 + e^eps0) for eps >= 0.
     """
     eps0 = V.positive_finite("eps0", eps0)
-    p = math.exp(eps0) / (1.0 + math.exp(eps0)) if eps0 < 700 else 1.0
-    return FiniteProfile([-eps0, eps0], [1.0 - p, p])
+    pm, pp = _rr_masses(eps0)
+    return FiniteProfile([-eps0, eps0], [pm, pp], q_masses=[pp, pm])
+
+
+def _rr_masses(eps0: float) -> tuple[float, float]:
+    """(1 - p, p) for p = e^eps0 / (1 + e^eps0), each to a few units of round-off in relative
+    terms: with w = e^-eps0, 1 - p = w / (1 + w) and p = 1 / (1 + w) (no cancellation in 1 - p,
+    whose Q-mass (1 - p) e^eps0 = p must not exceed 1; no overflow for any eps0 > 0)."""
+    w = math.exp(-eps0)
+    return w / (1.0 + w), 1.0 / (1.0 + w)
 
 
 def approx_dp_profile(eps0: float, delta0: float) -> FiniteProfile:
@@ -542,7 +563,8 @@ def approx_dp_profile(eps0: float, delta0: float) -> FiniteProfile:
     """
     eps0 = V.nonnegative_finite("eps0", eps0)
     delta0 = V.probability_closed_open("delta0", delta0)
-    p = 1.0 / (1.0 + math.exp(-eps0))
     if eps0 == 0.0:
         return FiniteProfile([0.0], [1.0 - delta0], p_inf=delta0)
-    return FiniteProfile([-eps0, eps0], [(1 - delta0) * (1 - p), (1 - delta0) * p], p_inf=delta0)
+    pm, pp = _rr_masses(eps0)
+    keep = 1 - delta0
+    return FiniteProfile([-eps0, eps0], [keep * pm, keep * pp], p_inf=delta0, q_masses=[keep * pp, keep * pm])
