@@ -28,6 +28,7 @@ from ..mechanisms import Mechanism
 from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
                             branch_labels, components_of)
 from .schedule import GROUP_RATIO, EpochStep, GroupedStep, epoch_components, group_schedule
+from ..sampling.allocation import with_unamplified
 from .compose import (CUT_REL, DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt,
                       solve_tilt)
 from .discretize import (Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, kept_points,
@@ -63,6 +64,12 @@ TIME_SAFETY = 3.0
 #: bytes per FFT bin of a composition (both sides, transforms and work arrays; measured
 #: peak about 100 bytes per bin): the automatic grid uses at most budget / this many bins
 BYTES_PER_BIN = 128
+#: bytes a cached composition keeps per FFT point and side (its masses and, once read, its
+#: answer table: grid, tail sums and curve values)
+RETAINED_BYTES_PER_BIN = 56
+#: peak bytes per single-step grid point while a branch is discretised (both sides: measured
+#: 134 for connect-the-dots, 273 with the optimistic hull, on 3.4 million points)
+GRID_BYTES_PER_POINT = 320
 #: at most this many halvings of the automatic spacing to fit the budget
 MAX_COARSEN = 24
 #: the time budget of the automatic grid: a single-step grid has at most this many points
@@ -287,6 +294,41 @@ def _account_steps(relation, event, steps_list, *, interval=None, max_bins=DEFAU
     for i, k in enumerate(ks):
         out[i] = built[k]
     return out
+
+
+def _eps_floor(deltas: np.ndarray) -> np.ndarray:
+    """ln(1 - delta) rounded down: a lower bound on eps(delta) for every pair, since delta(eps) >=
+    1 - e^eps > delta left of it (docs/MATH.md 0.3: H(gamma) >= 1 - gamma)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.log1p(-np.asarray(deltas, dtype=float))
+    return v - 4.0 * _U * np.abs(v)
+
+
+def _delta_floor(eps: np.ndarray) -> np.ndarray:
+    """(1 - e^eps)_+ rounded down: a lower bound on delta(eps) for every pair (docs/MATH.md 0.3);
+    the whole of delta(eps) up to e^eps delta_reverse(-eps) where eps < 0 (0.5)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = -np.expm1(np.minimum(np.asarray(eps, dtype=float), 0.0))
+    return np.maximum(v * (1.0 - 4.0 * _U), 0.0)
+
+
+def _ordered(lo: np.ndarray, up: np.ndarray, what: str, x: np.ndarray):
+    """(lo, up), checked: two certified bounds of one number satisfy lo <= up, so a lower end
+    above the upper one is a defect of one of them (docs/MATH.md 3.6): it is reported, never
+    hidden by taking the minimum."""
+    lo = np.asarray(lo, dtype=float)
+    up = np.asarray(up, dtype=float)
+    bad = lo > up
+    if np.any(bad):
+        j = int(np.flatnonzero(bad.ravel())[0])
+        raise PrecisionLimitError(
+            f"{what} at {np.ravel(x)[j]:.6g}: the certified lower bound {lo.ravel()[j]:.17g} exceeds the certified "
+            f"upper bound {up.ravel()[j]:.17g}; one of them is not a bound here (an internal defect: please report "
+            "it), so no interval is returned")
+    return lo, up
+
+
+_U = np.finfo(float).eps / 2
 
 
 def _per_epoch(step) -> bool:
@@ -671,7 +713,9 @@ def _step_stats(components, per_comp):
                 continue
             prof = bl[min(j, len(bl) - 1)].upper
             lo, hi = prof.eps_bounds(1e-12)
-            h0 = max((hi - lo) / 4000.0, 1e-9)
+            # (the grid spans 0 as well: a loss range away from 0 -- one atom, e.g. a lattice
+            # pair's single finite loss -- must not make the spacing 1e-9)
+            h0 = max((max(hi, 0.0) - min(lo, 0.0)) / 4000.0, 1e-9)
             pld = connect_the_dots(prof, grid_for(prof, h0, 1e-12))
             mu, v = pld.moments()
             # an optimistic PLD cannot resolve mass between 0 and a support edge
@@ -1068,7 +1112,19 @@ class PLDAccountant(Accountant):
             cap = self._bins()
             if self._interval_opt is None and not self._bins_explicit:
                 cap = min(cap, AUTO_STEP_POINTS)  # the time budget (automatic grid only)
-            src = _Discretised(pairs, h, self.tail, cap, self.discretisation, self.upper_only)
+            elif self._interval_opt is not None:
+                # discretising a step peaks at about GRID_BYTES_PER_POINT per grid point: an explicit
+                # grid beyond the memory budget is refused before it is built
+                cap = min(cap, max(16, self.memory_budget // GRID_BYTES_PER_POINT))
+            try:
+                src = _Discretised(pairs, h, self.tail, cap, self.discretisation, self.upper_only)
+            except GridTooLargeError as e:
+                if self._interval_opt is None or cap >= self._bins():
+                    raise
+                raise GridTooLargeError(
+                    f"{e} -- the limit is the memory budget's ({self.memory_budget:,} bytes at about "
+                    f"{GRID_BYTES_PER_POINT} bytes per point while a step is discretised): use a coarser "
+                    "interval or a larger memory_budget", need=e.need, limit=e.limit) from None
             branches.append(_BranchState(label, src, [k for _, k in self._eff]))
         return branches
 
@@ -1130,6 +1186,7 @@ class PLDAccountant(Accountant):
                 return st.cache[key]
             key = key + ("upper",)
         if key not in st.cache:
+            self._make_room()
             t = time.perf_counter()
             try:
                 uppers = st.uppers_at(cut_scale) if thinned is None else thinned[1]
@@ -1138,12 +1195,29 @@ class PLDAccountant(Accountant):
             except GridTooLargeError as e:
                 if e.need is not None and e.need <= self._bins(memory_only=True):
                     raise TimeBudgetError(str(e), need=e.need, limit=e.limit) from None
+                if self._interval_opt is not None and e.limit is not None and e.limit < self.max_bins:
+                    raise GridTooLargeError(
+                        f"{e} -- the limit is the memory budget's ({self.memory_budget:,} bytes at about "
+                        f"{BYTES_PER_BIN} bytes per point): use a coarser interval or a larger memory_budget",
+                        need=e.need, limit=e.limit) from None
                 raise
             if comp.n_bins >= TIME_MIN_BINS:  # (smaller ones measure overheads, not the rate)
                 # measured seconds per point (with reading the answers): the time budget's rate
                 self._rate = (1.0 + READ_FACTOR) * (time.perf_counter() - t) / comp.n_bins
             st.cache[key] = comp
         return st.cache[key]
+
+    def _make_room(self) -> None:
+        """Before a new composition: drop the cached ones (:meth:`_release`) when together they
+        hold more than a quarter of the memory budget (about RETAINED_BYTES_PER_BIN per point and
+        side, with the answer tables), so that cached compositions and the new one's working
+        arrays stay near the budget.  Only work depends on the cache, never an answer."""
+        held = 0
+        for st in getattr(self, "_branches", None) or []:
+            for c in (*st.cache.values(), *st.coarse_cache.values()):
+                held += c.n_bins * (1 if c.lower is None else 2)
+        if held * RETAINED_BYTES_PER_BIN > self.memory_budget // 4:
+            self._release()
 
     def _tilt_for(self, st, eps_target, cut_scale=None, thinned=None) -> float:
         plds = st.uppers_at(cut_scale) if thinned is None else thinned[1]
@@ -1421,7 +1495,7 @@ class PLDAccountant(Accountant):
 
     def _epsilon(self, deltas):
         lo, up = self._combine(deltas, "eps")
-        return np.minimum(lo, up), up
+        return _ordered(lo, up, "epsilon", deltas)
 
     def epsilon(self, delta) -> Interval:
         """Certified interval for eps(delta), vectorised over delta.
@@ -1444,9 +1518,12 @@ class PLDAccountant(Accountant):
             self._ensure_built()
             if self._exact is not None:
                 lo, up = self._exact.epsilon_bounds(deltas)
-            else:
-                lo, up = X.PinfWrapped(self._pinf, None,
-                                       lambda d: self._auto(self._epsilon, d)).epsilon_bounds(deltas)
+            else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
+                grid = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d))
+                lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
+                                          lambda: grid.epsilon_bounds(deltas))
+        if not self.upper_only:  # (upper-only accountants report -inf, as documented)
+            lo, up = _ordered(np.maximum(lo, _eps_floor(deltas)), up, "epsilon", deltas)
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -1458,25 +1535,33 @@ class PLDAccountant(Accountant):
         read exactly off the untilted composition (valid for every eps) by
         :func:`pldlib.pld.tradeoff.power_bounds`.
 
-        Compositions answered in closed form (no grid) or with (eps0, delta0) masses taken
-        out of the grid (``_pinf``) have no discrete curve holding the whole pair: they use
-        the generic certified bounds from delta(eps) (:meth:`Accountant._power`), which
-        include both."""
+        With (eps0, delta0) masses taken out of the grid (``_pinf``: curve D + (1 - D) delta_b
+        per branch) each branch's bounds are mapped by :func:`pldlib.pld.tradeoff.pinf_power`.
+        Compositions answered in closed form (no grid) are one pair, the same in both
+        directions (unsampled Gaussians, randomized response, (eps0, delta0) steps: all
+        symmetric): the generic certified bounds from its delta(eps) (:meth:`Accountant._power`)
+        (docs/MATH.md 10.5)."""
+        from .tradeoff import max_directions, pinf_power
+
         self._ensure_built()
-        if self._exact is not None or self._pinf[1] > 0:
+        if self._exact is not None:
             # (closed forms are cheap: a 16x finer eps grid than the generic default)
-            self.TRADEOFF_GRID = 16 * Accountant.TRADEOFF_GRID if self._exact is not None else Accountant.TRADEOFF_GRID
+            self.TRADEOFF_GRID = 16 * Accountant.TRADEOFF_GRID
             lo, up = Accountant._power(self, alpha)
             # rejecting exactly on the +inf atom (Q-mass 0) has power >= its certified mass
             lo = np.maximum(lo, float(self._pinf[0]))
             return np.minimum(lo, up), up
-        lo = np.zeros(alpha.shape)
-        up = np.zeros(alpha.shape)
-        for st in self._branches:
-            l, u = self._branch_power(st, alpha)
-            lo = np.maximum(lo, l)
-            up = np.maximum(up, u)
-        return np.minimum(lo, up), up
+        if self._pinf[1] > 0:
+            return max_directions(pinf_power(self._pinf, lambda a, st=st: self._branch_power(st, a), alpha)
+                                  for st in self._branches)
+        return max_directions(self._branch_power(st, alpha) for st in self._branches)
+
+    def _direction_deltas(self, eps: np.ndarray) -> list:
+        """The closed-form pair's (lower, upper) delta(eps): one direction (see :meth:`_power`)."""
+        if self._exact is None:  # (unused: _power reads each branch's discrete curves)
+            return Accountant._direction_deltas(self, eps)
+        d = self.delta(eps)
+        return [(np.asarray(d.lower, dtype=float), np.asarray(d.upper, dtype=float))]
 
     def _branch_power(self, st, alpha):
         """Power bounds of one branch: from the untilted composition, then (where the interval
@@ -1529,11 +1614,15 @@ class PLDAccountant(Accountant):
             self._ensure_built()
             if self._exact is not None:
                 lo, up = self._exact.delta_bounds(eps)
-            else:
-                lo, up = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"),
-                                       None).delta_bounds(eps)
+            else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
+                grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
+                lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "delta", eps,
+                                          lambda: grid.delta_bounds(eps))
         up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound
-        lo = np.where(np.isnan(lo), 0.0, np.minimum(lo, up))
+        lo = np.where(np.isnan(lo), 0.0, lo)
+        if not self.upper_only:  # (upper-only accountants report 0, as documented)
+            lo = np.maximum(lo, _delta_floor(eps))
+        lo, up = _ordered(lo, up, "delta", eps)
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -1576,11 +1665,13 @@ class PLDAccountant(Accountant):
         self.accuracy_limited = True
 
     def _bins(self, memory_only: bool = False) -> int:
-        """The FFT length cap of compositions: ``max_bins``, or for an automatic grid the memory
-        budget's, and under a query's clock also the points the time left pays for (at the
-        measured cost per point, :data:`RATE_PRIOR` before any composition)."""
+        """The FFT length cap of compositions: ``max_bins`` and the memory budget's (an explicit
+        interval whose composition exceeds it raises :class:`GridTooLargeError` before anything
+        of that size is allocated), for an automatic grid under a query's clock also the points
+        the time left pays for (at the measured cost per point, :data:`RATE_PRIOR` before any
+        composition)."""
         if self._interval_opt is not None:
-            return self.max_bins
+            return int(min(self.max_bins, max(16, self.memory_budget // BYTES_PER_BIN)))
         cap = self.__dict__.get("_auto_bins", self.max_bins)
         deadline = self.__dict__.get("_deadline")
         if memory_only or deadline is None or self._bins_explicit:
@@ -1597,6 +1688,13 @@ class PLDAccountant(Accountant):
             try:
                 return fn(*args)
             except MemoryError as e:  # GridTooLargeError, or numpy running out under a memory cap
+                if self._interval_opt is not None and not isinstance(e, GridTooLargeError):
+                    # (the process's own limit is below the memory budget's estimate: said in our
+                    # words, not numpy's)
+                    raise GridTooLargeError(
+                        f"ran out of memory at interval {V.fmt(self.interval)} within the memory budget of "
+                        f"{self.memory_budget:,} bytes (this process may use less): use a coarser interval or "
+                        "a smaller memory_budget") from e
                 if self._interval_opt is not None or self._bins_explicit or \
                         (not isinstance(e, GridTooLargeError) and self.interval <= 0):
                     raise

@@ -46,6 +46,7 @@ from .grid import DiscretePLD, GridMeasure, nonnegative
 __all__ = ["compose", "Composition", "DEFAULT_ALIAS_TOL", "DEFAULT_MAX_BINS", "GridTooLargeError"]
 
 _U = np.finfo(float).eps / 2
+_BELOW_ONE = math.nextafter(1.0, 0.0)  # the largest double below 1
 DEFAULT_ALIAS_TOL = 1e-30
 DEFAULT_MAX_BINS = 2**25
 
@@ -1453,7 +1454,9 @@ def compose(
     y, E, log_total, log_left, log_right = _compose_side(up, theta, w_lo, N, ch_up, roll=False)
     y_at = _window_shift(up, w_lo, N)  # (y is circular: the window order is made with its first pass)
     untilt = untilt_factor(log_total, theta, None, len(up), "up", start=w_lo, h=h, n=N, factored=True)
-    p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf + c, 1.0 - 1e-300))
+    # (1.0 - 1e-300 rounds to 1.0: the largest double below 1 keeps log1p finite; a term
+    # capped there leaves a product <= 2^-53, which the rounding up below turns into 1)
+    p_inf_up = -math.expm1(sum(k * math.log1p(-min(p.p_inf + c, _BELOW_ONE))
                                for p, k, c in zip(plds_upper, counts, cut_pinf)))
     p_inf_up = min(p_inf_up * (1.0 + 8.0 * _U * (1 + len(counts))), 1.0)  # round up
     const_up = p_inf_up
@@ -1479,7 +1482,7 @@ def compose(
     log_fp = sum(k * math.log(max(f + p.p_inf, 1e-300)) for f, p, k in zip(F, plds_lower, counts))
     log_f = sum(k * math.log(max(f, 1e-300)) for f, k in zip(F, counts))
     p_inf_lo = max(math.exp(log_fp) - math.exp(log_f), 0.0)
-    p_inf_lo = min(p_inf_lo, -math.expm1(sum(k * math.log1p(-min(p.p_inf, 1.0 - 1e-300))
+    p_inf_lo = min(p_inf_lo, -math.expm1(sum(k * math.log1p(-min(p.p_inf, _BELOW_ONE))
                                                 for p, k in zip(plds_lower, counts))))
     p_inf_lo *= 1.0 - 8.0 * _U * (1 + len(counts))  # round the lower bound down
     with np.errstate(over="ignore", invalid="ignore"):

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .grid import DiscretePLD
-from ..profiles.base import (MAX_SINGLE_LOSS, SF_REL_ACCURACY, PrivacyProfile, cell_errors,  # noqa: F401
-                             loss_range, value_error)
+from ..profiles.base import (MAX_SINGLE_LOSS, SF_REL_ACCURACY, TAIL_FROM, TAIL_LOG_ACCURACY,  # noqa: F401
+                             VALUE_ABS_FLOOR, PrivacyProfile, cell_errors, loss_range, value_error)
 
 __all__ = ["Grid", "grid_for", "hull_offset", "connect_the_dots", "lattice_points", "kept_points",
            "convex_hull_optimistic", "privacy_buckets"]
@@ -60,8 +60,10 @@ def hull_offset(profile: PrivacyProfile, h: float) -> float:
     When the single-step loss support has an edge e (its end nearest to 0, e.g. ln(1 - q) for
     Poisson remove) with 0 < |e| < 2h, a lattice through 0 has no point strictly between 0 and
     e, and no optimistic PLD on it has delta(0) > 0.  The offset then puts a point at lam * e,
-    for the lam in 2^-1 ... 2^-8 (29 values) whose cell around 0 admits a tangent line (see
-    :func:`_middle_cell`) giving the largest delta(0).  0 otherwise (no such edge, or
+    for the lam in 2^-1 ... 2^-8 (29 values) or 1 - 2^-2 ... 1 - 2^-10 (a point just inside the
+    edge, where a kink of the curve there loses least) whose cell around 0 admits a tangent line (see
+    :func:`_middle_cell`) giving the largest delta(0), less what the lattice point next to the
+    edge loses when it lies outside that cell.  0 otherwise (no such edge, or
     no admissible offset: the lattice through 0 stays sound, only looser).
     """
     try:
@@ -74,12 +76,16 @@ def hull_offset(profile: PrivacyProfile, h: float) -> float:
     e = min(edges, key=abs)
     if abs(e) >= 2.0 * h or h > 100.0:  # (h > 100: e^{eps} of the cell overflows)
         return 0.0
-    lams = 0.5 ** np.arange(1.0, 8.25, 0.25)
+    # a point just inside the edge, at (1 - 2^-2 ... 1 - 2^-10) e: a kink of the curve at the edge
+    # (mass of L piled up there, e.g. Poisson remove at small sigma) then sits between that point
+    # and the next one out, whose tangent is the floor line 1 - alpha; the point itself keeps
+    # all but about 2^-k of the curve's excess over that line (docs/MATH.md 3.2, 3.6)
+    lams = np.concatenate([0.5 ** np.arange(1.0, 8.25, 0.25), 1.0 - 0.5 ** np.arange(2.0, 11.0)])
     offs = lams * e
     # per lam: the cell [e_a, e_b] of the lattice (i + s/h) h that contains 0, its outer
     # neighbours (whose tangents give the candidates there, as in convex_hull_optimistic)
     # and the tangent points of _middle_cell -- all evaluated in one call
-    e_a = np.where(offs < 0, offs, offs - h)
+    e_a = np.where(np.abs(offs) < h, np.where(offs < 0, offs, offs - h), offs + np.floor(-offs / h) * h)
     e_b = e_a + h
     tau = e_a[:, None] + (e_b - e_a)[:, None] * np.linspace(0.0, 1.0, _N_TANGENTS)[None, :]
     pts = np.concatenate([e_a - h, e_a, e_b, e_b + h, tau.ravel()])
@@ -95,15 +101,36 @@ def hull_offset(profile: PrivacyProfile, h: float) -> float:
     c_a = np.minimum(H[1], H[0] - S[0] * (x[1] - x[0]))
     c_b = np.minimum(H[2], H[3] + s_next * (x[3] - x[2]))
     h_t, s_t = hv[4 * m:].reshape(m, -1), sv[4 * m:].reshape(m, -1)
+    # the lattice point next to the edge on the inside, when it lies outside that cell: its
+    # candidate follows the floor (the tangent at its outer neighbour, beyond the edge), so the
+    # curve's excess over the floor there, H(p) - max(0, 1 - e^p), is lost from it outwards
+    if e < 0:
+        p = e_a - np.floor((e_a - e) / h) * h
+        p = np.where(p <= e, p + h, p)
+        outside = p < e_a - 0.5 * h
+    else:
+        p = e_b + np.floor((e - e_b) / h) * h
+        p = np.where(p >= e, p - h, p)
+        outside = p > e_b + 0.5 * h
+    loss = np.zeros(m)
+    if outside.any():
+        try:
+            hp = np.asarray(profile.delta(p[outside]), dtype=float)
+        except (ValueError, ArithmeticError):
+            return 0.0
+        loss[outside] = np.maximum(hp - np.maximum(-np.expm1(p[outside]), 0.0), 0.0)
     best, best_at1 = 0.0, -math.inf
     for j in range(m):
         try:
             _, _, at1 = _middle_cell_choice(e_a[j], e_b[j], c_a[j], c_b[j], tau[j], h_t[j], s_t[j])
         except (ValueError, ArithmeticError):
             continue
-        if at1 > best_at1:
-            best, best_at1 = float(offs[j]), at1
+        score = at1 - loss[j]  # (delta(0) kept, less what the point next to the edge loses)
+        if score > best_at1:
+            # (a lattice point past +-h: its representative next to 0, e_a, keeps the shifts small)
+            best, best_at1 = float(offs[j] if abs(offs[j]) < h else e_a[j]), score
     return best
+
 
 
 def grid_for(profile: PrivacyProfile, h: float, tail: float, max_points: int | None = None,
@@ -215,6 +242,10 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     xQ += P
     xQ *= 2 * _U
     eE += xQ
+    # e^{a} is a rounded exp of a rounded lattice point: off by (4 + 2|a|) u e^a (times Q), and
+    # the quotient below rounds by 2u of |E| (docs/MATH.md 3.6)
+    eE += (4.0 + 2.0 * np.abs(eps[:-1])) * _U * x[:-1] * Q
+    eE += 4.0 * _U * np.abs(E)
     right = np.add(E, eE, out=E)
     right /= one_minus
     np.clip(right, 0.0, P, out=right)  # round the split to the right
@@ -234,6 +265,9 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     ve = value_error(np.array([below, beyond + d_n]))  # (both ends in one call)
     err[0] += float(ve[0])
     err[-1] += float(ve[1])
+    # the cells end at the rounded points fl(eps_i), the masses sit at the exact lattice points:
+    # moving a mass m by u|eps_i| moves the curve by at most 2u|eps_i| m (docs/MATH.md 3.6)
+    err += (2.0 * _U) * np.abs(eps if keep is None else grid.eps) * masses
     p_inf = d_n * (1 + SF_REL_ACCURACY + (LOG_DELTA_REL_ACCURACY * (2.0 + abs(math.log(d_n))) if d_n > 0 else 0.0))
     return _finite_pld(masses, grid, p_inf, True, err, own=True)
 
@@ -377,10 +411,10 @@ def _local_repair(xs: np.ndarray, ys: np.ndarray, flagged: np.ndarray):
             if removed >= LOCAL_REPAIR_MAX:
                 done = False
                 break
-    return xs[alive], ys[alive], done
+    return xs[alive], ys[alive], done, alive
 
 
-def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np.ndarray:
+def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray, vertices: bool = False):
     """Lower convex hull of points (px, py) (px strictly increasing), evaluated at x_eval.
 
     Points lying above the chord of their neighbours are removed in vectorised
@@ -389,9 +423,11 @@ def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np
     farther points (:func:`_above_far_chords`) are tested too, and once a pass flags at
     most LOCAL_REPAIR_FROM points they are removed one at a time with their neighbours
     re-tested (:func:`_local_repair`, once).  After HULL_PASSES passes Andrew's monotone
-    chain finishes on the points left.
+    chain finishes on the points left.  ``vertices``: also return the hull's vertices (xs, ys)
+    and their indices into px.
     """
     xs, ys = px, py
+    ix = np.arange(px.size) if vertices else None  # (the kept points' indices into px)
     repair = True
     for it in range(HULL_PASSES):
         slope = np.diff(ys) / np.diff(xs)
@@ -402,7 +438,9 @@ def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np
         if not n_bad:
             break
         if repair and it >= 1 and n_bad <= LOCAL_REPAIR_FROM:
-            xs, ys, convex = _local_repair(xs, ys, np.flatnonzero(bad))
+            xs, ys, convex, alive = _local_repair(xs, ys, np.flatnonzero(bad))
+            if ix is not None:
+                ix = ix[alive]
             if convex:
                 break
             repair = False  # a long cascade (a concave run): the far-chord passes are faster
@@ -410,8 +448,15 @@ def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray) -> np
         if it >= 2 and n_bad * 64 < xs.size:
             bad |= _above_far_chords(xs, ys)  # few removals per pass: a long concave run
         xs, ys = xs[~bad], ys[~bad]
+        if ix is not None:
+            ix = ix[~bad]
     else:
         xs, ys = _monotone_chain(xs, ys)
+        xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+        if ix is not None:
+            ix = np.searchsorted(px, xs)
+    if vertices:
+        return np.interp(x_eval, xs, ys), xs, ys, ix
     return np.interp(x_eval, xs, ys)
 
 
@@ -456,7 +501,8 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
         c[n] = profile.p_inf
         ca, cb, _ = _middle_cell(profile, eps[ilo], eps[ilo + 1], c[ilo], c[ilo + 1])
         c[ilo], c[ilo + 1] = ca, cb
-        return _hull_pld(x, c, hv, grid, profile)
+        ec = _candidate_errors(eps, x, hv, s, s_left, s_left0, grid.h, middle=(ilo, ilo + 1))
+        return _hull_pld(x, c, hv, grid, profile, ec)
     c[:istar] = left_tan[:istar]
     c[istar] = min(left_tan[istar], right_tan[istar])
     c[istar + 1 : n] = right_tan[istar + 1 : n]
@@ -474,7 +520,8 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     c[istar] = min(tau_l(1.0), tau_r(1.0))
     # (when alpha_{i*+1} is the last point, its candidate p_inf must also sit under tau_r)
     c[istar + 1] = min(c[istar + 1], tau_r(b))
-    return _hull_pld(x, c, hv, grid, profile)
+    ec = _candidate_errors(eps, x, hv, s, s_left, s_left0, grid.h, middle=(istar - 1, istar, istar + 1))
+    return _hull_pld(x, c, hv, grid, profile, ec)
 
 
 def _middle_cell(profile, e_a: float, e_b: float, c_a: float, c_b: float) -> tuple[float, float, float]:
@@ -510,21 +557,123 @@ def _middle_cell_choice(e_a, e_b, c_a, c_b, tau, h_t, s_t) -> tuple[float, float
     return float(na[j]), float(nb[j]), float(at1[j])
 
 
-def _hull_pld(x, c, hv, grid, profile) -> DiscretePLD:
-    """The optimistic PLD from candidate values c (each under h, docs/MATH.md 3.2)."""
+def _hull_pld(x, c, hv, grid, profile, ec=None) -> DiscretePLD:
+    """The optimistic PLD from candidate values c (each under h, docs/MATH.md 3.2).
+
+    ``ec`` bounds the absolute round-off of each candidate and of h there
+    (:func:`_candidate_errors`): every candidate is lowered by it *before* the hull, so the
+    hull is that of numbers each under the exact candidate -- under h, whatever the
+    round-off -- and the masses' own error bound only covers the hull's and the slope
+    formula's arithmetic (docs/MATH.md 3.6); a lowered candidate is raised back to the floor
+    max(0, 1 - alpha), which keeps it under its cells' supporting lines."""
     c = np.minimum(c, hv)  # lowering a candidate keeps every chord under h
+    if ec is not None:
+        # (the last point's candidate p_inf is exact: ec = 0 there).  Every cell's supporting line
+        # lies on or above the floor max(0, 1 - alpha) at both ends of the cell (slope >= -1 from
+        # a point on or above it, or admissible), so a lowered candidate raised back to the floor
+        # (rounded down) stays under that line, and the hull of points on or above the floor
+        # stays a valid curve (docs/MATH.md 3.6)
+        floor = np.maximum(-np.expm1(grid.eps), 0.0)
+        floor *= 1.0 - 4.0 * _U
+        c = np.maximum(c - ec, floor)
     px = np.concatenate([[0.0], x])
     py = np.concatenate([[1.0], c])
-    v = _lower_hull_values(px, py, x)
+    v0, vx, vy, vix = _lower_hull_values(px, py, x, vertices=True)
     # A hull of points that dip below h(inf) rises again at the end; its running
     # minimum is still convex, under h, and non-increasing (the missing +inf mass
     # then sits at the last grid point: optimistic).
-    v = np.minimum.accumulate(v)
-    # round-off of the curve values: relative u (2 + |ln d|) from log-space evaluation
+    v = np.minimum.accumulate(v0)
+    # round-off of the curve values: relative u (2 + |ln d|) from log-space evaluation ...
     with np.errstate(divide="ignore"):
         dv_err = LOG_DELTA_REL_ACCURACY * (2.0 + np.abs(np.log(np.maximum(v, 1e-320)))) * v + SF_REL_ACCURACY * v
-    masses, p_inf, abs_err = _ctd_from_values(x, v, dv_err)
+    # ... and the coordinates: alpha_i = fl(exp(fl(eps_i))) is off by (4 + 2|eps_i|) u alpha_i from
+    # the lattice point's e^eps_i; a hull value between vertices a, b moves by at most the
+    # segment's |slope| times the three points' coordinate errors (docs/MATH.md 3.6)
+    dv_err += _hull_coordinate_errors(x, grid.eps, vx, vy, vix, v0, v)
+    masses, p_inf, abs_err = _ctd_from_values(x, v, dv_err, h=grid.h, eps=grid.eps)
     return _finite_pld(masses, grid, p_inf, False, abs_err)
+
+
+def _hull_coordinate_errors(xm, eps, vx, vy, vix, v0, v) -> np.ndarray:
+    """Bound on how far each hull value v_i moves when the hull's coordinates xm_i = fl(exp(eps_i))
+    are replaced by the exact e^{eps_i} of the lattice points (docs/MATH.md 3.6): at a vertex not
+    at all (its value is its candidate's); between the vertices a < i < b of its segment by at
+    most |slope| (ex_a + ex_b + ex_i), ex = (4 + 2|eps|) u xm the coordinate error ((0, 1) is
+    exact).  Where alpha is near 1 and h is small this is u / h relative to the slopes, which the
+    masses' bound then carries.  Points the running minimum lowered take the error of the point
+    that set it."""
+    n = xm.size
+    err = np.zeros(n)
+    if vx.size >= 2 and vx.size - 1 < n:  # (some points lie between vertices; vx[0]: the exact (0, 1))
+        vi = vix[1:] - 1  # grid indices of the vertices
+        is_v = np.zeros(n, dtype=bool)
+        is_v[vi] = True
+        nv = np.flatnonzero(~is_v)
+        k = np.minimum(np.cumsum(is_v)[nv] + 1, vx.size - 1)  # segment [vx[k - 1], vx[k]] of each
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.abs((vy[k] - vy[k - 1]) / (vx[k] - vx[k - 1]))
+        slope = np.where(np.isfinite(slope), slope, 0.0)
+        ex = lambda j: (4.0 + 2.0 * np.abs(eps[j])) * _U * xm[j]  # noqa: E731
+        ea = np.where(k - 1 == 0, 0.0, ex(vi[np.maximum(k - 2, 0)]))
+        err[nv] = slope * (ea + ex(vi[k - 1]) + ex(nv)) * (1.0 + 8.0 * _U)
+    lowered = v < v0
+    if lowered.any():  # (the running minimum: the value and error of the point that set it)
+        j = np.maximum.accumulate(np.where(~lowered, np.arange(n), 0))
+        err = np.where(lowered, err[j], err)
+    return err
+
+
+def _candidate_errors(eps, x, hv, s, s_left, s_left0, h, middle=()) -> np.ndarray:
+    """Bounds on the absolute round-off of the hull's candidate values (docs/MATH.md 3.6).
+
+    A curve value h = P(L > eps) - e^eps Q(L > eps) is off by up to the two terms' own errors,
+    value_error(P) + e^eps value_error(Q) (plus roundings): where h is much smaller than P
+    (around eps = 0 for a very private pair, and everywhere left of 0, where h ~ 1 - e^eps), that
+    is an absolute error of order u, not a relative one.  e^eps itself is a rounded exp of a
+    rounded lattice point: off by (4 + 2|eps|) u e^eps.  A tangent value at a neighbour,
+    h' - s' (alpha - alpha'), collects the neighbour's errors of h', of s' (times the step) and
+    of both alphas (times s'), and the roundings of its two operations.  The candidates of the
+    cells next to alpha = 1 (``middle``: tangent points inside those cells) take the same terms
+    bounded over the span of those cells (P, Q and h are non-increasing, alpha increasing)."""
+    n = x.size
+    ex = (4.0 + 2.0 * np.abs(eps)) * _U * x
+    xs = x * s
+    P = np.maximum(hv + xs, 0.0)
+    # value_error's relative factor SF + TAIL max(|ln v| - FROM, 0) (|ln v| rounded up by 4u of
+    # itself) at P, Q(L > eps) and (with atoms) Q(L >= eps)
+    rows = [P, s, hv] if s_left is s else [P, s, hv, s_left]
+    with np.errstate(divide="ignore"):
+        lv = np.abs(np.log(np.maximum(np.stack(rows), 1e-320)))
+    lv *= 1.0 + 4.0 * _U
+    rel = np.maximum(np.delete(lv, 2, axis=0) - TAIL_FROM, 0.0)
+    rel *= TAIL_LOG_ACCURACY
+    rel += SF_REL_ACCURACY
+    es = rel[1] * s + VALUE_ABS_FLOOR
+    esl = es if s_left is s else rel[2] * s_left + VALUE_ABS_FLOOR
+    eh = rel[0] * P + x * es + 4.0 * _U * (P + xs)  # (+ the roundings of P - e^eps Q)
+    eh += LOG_DELTA_REL_ACCURACY * (2.0 + lv[2]) * hv  # (the log-space evaluation, MATH 3.5)
+    eh += VALUE_ABS_FLOOR
+    ec = np.empty(n)
+    dx = np.diff(x)
+    # left tangents (at the left neighbour; alpha_{-1} = 0 with h = 1, slope -Q(L > -inf))
+    ec[0] = float(value_error(np.array([s_left0]))[0]) * x[0] + s_left0 * ex[0] + 4.0 * _U * (1.0 + s_left0 * x[0])
+    ec[1:] = eh[:-1] + es[:-1] * dx + s[:-1] * (ex[1:] + ex[:-1]) + 4.0 * _U * (hv[:-1] + s[:-1] * dx)
+    # right tangents (at the right neighbour, left derivative)
+    right = np.zeros(n)
+    right[:-1] = eh[1:] + esl[1:] * dx + s_left[1:] * (ex[1:] + ex[:-1]) + 4.0 * _U * (hv[1:] + s_left[1:] * dx)
+    out = np.maximum(np.maximum(ec, right), eh)  # (a candidate is one of the two, capped at h)
+    if middle:
+        # tangent points tau between the points lo and hi around the middle cells, evaluated at
+        # an alpha there: P(L > tau), Q(L > tau), h(tau) are at most their values at lo and
+        # e^tau, alpha at most x[hi], |alpha - e^tau| at most x[hi] - x[lo]
+        lo, hi = max(min(middle) - 1, 0), min(max(middle) + 1, n - 1)
+        span = x[hi] - x[lo]
+        eh_t = (float(value_error(np.array([P[lo]]))[0]) + x[hi] * es[lo] + 4.0 * _U * (P[lo] + x[hi] * s[lo])
+                + float(np.max(eh[lo:hi + 1])))
+        out[list(middle)] = (eh_t + es[lo] * span + s[lo] * 2.0 * ex[hi]
+                             + 4.0 * _U * (hv[lo] + s[lo] * span)) * (1.0 + 8.0 * _U)
+    out[-1] = 0.0  # (the last point's candidate is p_inf itself)
+    return out
 
 
 def _delta_and_sf_q(profile, eps):
@@ -584,14 +733,25 @@ def _best_tangent(profile, e_lo: float, e_hi: float, admissible, keep_high: bool
     return lambda alpha: h_g - s_g * (alpha - x_g)
 
 
-def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):
+def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray, h: float | None = None,
+                     eps: np.ndarray | None = None):
     """Connect-the-dots masses from curve values d_i at alpha_i = x_i (docs/MATH.md 3.1).
 
     B_{-1} = (1 - d_0)/x_0, B_{i-1} = (d_{i-1} - d_i)/(x_i - x_{i-1}), B_n = 0,
     m_i = x_i (B_{i-1} - B_i), p_inf = d_n.  Returns masses, p_inf and a bound on
     the absolute round-off of each mass given bounds ``d_err`` on the values.
+
+    On a uniform lattice (``h`` and the points ``eps`` given) x_i - x_{i-1} is taken as
+    x_{i-1} expm1(h): relative error (6 + 2|eps|) u against the exact e^{eps_i} - e^{eps_{i-1}},
+    where the difference of two rounded exps would be off by ~4u x / (x h), i.e. u / h relative
+    (docs/MATH.md 3.6); that relative error, and the x_i's own in m_i, enter the bound.
     """
-    dx = np.diff(x)
+    if h is not None and eps is not None and x.size > 1:
+        dx = x[:-1] * math.expm1(h)
+        rx = (6.0 + 2.0 * np.abs(eps)) * _U  # relative error of x_i (and of dx_i: one more rounding)
+    else:
+        dx = np.diff(x)
+        rx = None
     B = np.empty(x.size + 1)
     B[0] = (1.0 - d[0]) / x[0]
     B[1:-1] = (d[:-1] - d[1:]) / dx
@@ -603,7 +763,12 @@ def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray):
     eB[0] = (4.0 * _U * (1.0 + d[0]) + d_err[0]) / x[0]
     eB[1:-1] = (d_err[:-1] + d_err[1:] + 2.0 * _U * (np.abs(d[:-1]) + np.abs(d[1:]))) / dx + 4.0 * _U * B[1:-1]
     eB[-1] = 0.0
+    if rx is not None:
+        eB[0] += B[0] * rx[0]
+        eB[1:-1] += B[1:-1] * (rx[:-1] + rx[1:])
     abs_err = x * (eB[:-1] + eB[1:]) + 2.0 * _U * np.abs(m)
+    if rx is not None:
+        abs_err += rx * np.abs(m)
     return np.maximum(m, 0.0), max(float(d[-1]), 0.0), abs_err
 
 

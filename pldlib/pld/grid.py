@@ -265,7 +265,10 @@ class GridMeasure:
         # segments are (eps_{i-1}, eps_i]: the solution cannot lie left of eps_{i-1}
         val = np.where(ii > 0, np.maximum(val, grid[ii] - self.h), val)
         out = np.where(ok, val, out)
-        out = np.where(ok & (B[ii] <= 0), grid[ii], out)
+        # no mass at or right of eps_i: the curve there is c + A_i, above delta (the answer is
+        # eps_i) or not (then the formula's -inf, or eps_{i-1}: a measure with no mass at all
+        # has the constant curve c <= delta, whose answer is -inf, never its first grid point)
+        out = np.where(ok & (B[ii] <= 0) & (num > 0), grid[ii], out)
         return out
 
     def _delta_few(self, eps: np.ndarray) -> np.ndarray:
@@ -303,7 +306,7 @@ class GridMeasure:
                 out.flat[k] = np.inf  # past the last grid point: the curve stays at c > d
                 continue
             num = self.const + A[i] - d
-            if B[i] <= 0:
+            if B[i] <= 0 and num > 0:  # (as in epsilon: no mass from here on, the curve above d)
                 val = grid[i]
             else:
                 val = grid[i] + math.log(num / B[i]) if num > 0 else -np.inf
