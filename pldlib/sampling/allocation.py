@@ -11,6 +11,11 @@ Gaussian noise only (sum query of sensitivity 1, noise sigma per step).
 | upper | PLD accountant (add, remove, add_remove): a lattice pair dominating one epoch (:func:`allocation_epoch_pair`, MATH 13.2), composed once per epoch; other accountants, substitution, or a lattice too large: no amplification (unsampled Gaussian, sigma sqrt(t) per step) | no amplification |
 | lower | PLD accountant: a lattice pair dominated by one epoch (:func:`allocation_epoch_lower_pair`, MATH 13.3); otherwise: unsampled Gaussian, sigma t per step = Gaussian sigma sqrt(t) per epoch, the exact law of the sum of the t noisy batch sums (a post-processing) | PLD accountant: the same dominated pair (MATH 13.4: the zero-dataset shuffled epoch is the random-allocation pair); substitution, other accountants or too large: the epoch sum |
 
+The PLD accountant's per-epoch upper pair is the better of the amplified pair and the unamplified
+Gaussian per epoch (:func:`allocation_epoch_upper`, MATH 13.5), and its ``delta`` / ``epsilon`` answers
+take the better of its own bounds and the unamplified closed forms on each side
+(:func:`with_unamplified`: upper = the smaller, lower = the larger).
+
 The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
 adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The lattice
 pairs are per-epoch pairs: the PLD accountant composes them once per epoch
@@ -56,8 +61,9 @@ class RandomAllocation(SamplingScheme):
         return [Branch(f"{u.label}", u.upper, l.lower) for u, l in zip(up, lo)]
 
     def epoch_branches(self, event, q, relation):
-        """Per-epoch branches (one epoch = t steps) with the amplified upper pair of
-        :func:`allocation_epoch_profile` (remove; add: its reverse) and the dominated lower pair of
+        """Per-epoch branches (one epoch = t steps) with the upper pairs of :func:`allocation_epoch_upper`
+        (the better of the amplified pair of :func:`allocation_epoch_profile` and the unamplified
+        Gaussian, MATH 13.5) and the dominated lower pair of
         :func:`allocation_epoch_lower_pair` (or, where its FFT does not fit, the epoch-sum lower pair:
         unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
         substitution, for a user-level step, or when the lattice would be too large
@@ -66,7 +72,7 @@ class RandomAllocation(SamplingScheme):
         if relation == "substitution" or not isinstance(event, E.GaussianEvent):
             return None
         try:
-            prof = allocation_epoch_profile(event.sigma, t)
+            up_rem, up_add = allocation_epoch_upper(event.sigma, t)
         except LatticeTooLarge:
             return None
         try:
@@ -75,8 +81,8 @@ class RandomAllocation(SamplingScheme):
         except LatticeTooLarge:  # the epoch-sum lower bound (13)
             lo_rem = lo_add = unsampled_branches(E.GaussianEvent(event.sigma * math.sqrt(t), event.sensitivity),
                                                  "add_remove")[0].lower
-        rem = Branch("remove", prof, lo_rem)
-        add = Branch("add", prof.reversed(), lo_add)
+        rem = Branch("remove", up_rem, lo_rem)
+        add = Branch("add", up_add, lo_add)
         return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
 
 
@@ -468,6 +474,76 @@ def _complex_power(z, k: int):
     return r
 
 
+class SummedFiniteProfile(FiniteProfile):
+    """A :class:`FiniteProfile` whose ``delta`` sums nonnegative terms between sorted query points
+    (:func:`_finite_delta_sorted`): O(atoms + points) for many atoms and many points, as the grids of
+    the per-epoch pairs need, and at least as accurate."""
+
+    def delta(self, eps):
+        """delta(eps) in O(atoms + points) by :func:`_finite_delta_sorted` (nonnegative terms, partial
+        sums in extended precision: a few units of round-off, as :meth:`FiniteProfile.delta`)."""
+        eps = np.asarray(eps, dtype=float)
+        flat = eps.ravel()
+        if flat.size == 0 or np.isnan(flat).any():
+            return super().delta(eps)
+        order = np.argsort(flat, kind="stable")
+        e = flat[order]
+        # -inf: 800 below every loss and every other point (e^{e - l} underflows to 0, so delta there is the
+        # P-total, as at -inf; the points stay sorted)
+        fin = e[e > -np.inf]
+        e = np.where(e == -np.inf, min(float(self.losses[0]), float(fin[0]) if fin.size else 0.0) - 800.0, e)
+        d, _ = _finite_delta_sorted(self.losses, self.p_masses, self.p_inf, e)
+        out = np.empty_like(flat)
+        out[order] = np.clip(d, 0.0, 1.0)
+        return out.reshape(eps.shape)
+
+
+class DominatedFiniteProfile(SummedFiniteProfile):
+    """One direction of a finite pair built to be **dominated** by a true pair (docs/MATH.md 13.3),
+    carrying its own reverse direction (:meth:`reversed`): each direction is built from its own
+    certain side, so neither gets an atom at +inf from the other's float residual.
+
+    Given atoms with P-masses p_k <= the true ones and losses between 0 and the true ones (in this
+    direction), the pair is sound against its float representation (Q-masses p_k e^{-l_k} as
+    :class:`FiniteProfile` computes them): the exact sum of p is made <= the exact sum of those Q-masses
+    (the masses of the atoms with l_k > 0 scaled down, which keeps their losses), and the deficit
+    1 - sum p goes to one atom of loss 0 with sum p + blank <= 1 exactly (``math.fsum``: exact signs).
+    Then H_gamma is below the true pair's at every gamma >= 0 (MATH 13.3); the Q-mass left over sits at
+    L = -inf, which adds nothing to this direction."""
+
+    @staticmethod
+    def _direction(losses, p):
+        p = np.array(p, dtype=float)
+        pos = losses > 0
+        for _ in range(16):
+            q = p * np.exp(-losses)  # exactly FiniteProfile's Q-masses
+            excess = math.fsum(np.concatenate([p, -q]))
+            if excess <= 0.0:
+                break
+            gap = math.fsum((p - q)[pos])  # > 0: an atom with loss <= 0 has q >= p in floats
+            p[pos] *= 1.0 - min(1.0, 2.0 * excess / gap + 8 * _U)
+        else:  # pragma: no cover - the scaling converges in one or two rounds
+            raise ArithmeticError("dominated pair: the totals could not be balanced")
+        blank = max(0.0, (1.0 - math.fsum(p)) - 4 * _U)
+        while math.fsum(np.concatenate([p, [blank, -1.0]])) > 0.0:  # pragma: no cover - defensive
+            p *= 1.0 - 4 * _U
+        return np.append(losses, 0.0), np.append(p, blank)
+
+    @classmethod
+    def pair(cls, losses, p, q) -> "DominatedFiniteProfile":
+        """The remove-direction profile of atoms with certain masses (p, q) and losses ``losses`` (pulled
+        towards 0 from the certain log-ratios); its :meth:`reversed` is the add direction built from
+        (-losses, q)."""
+        losses = np.asarray(losses, dtype=float)
+        fwd = cls(*cls._direction(losses, p))
+        rev = cls(*cls._direction(-losses, q))
+        fwd._rev, rev._rev = rev, fwd
+        return fwd
+
+    def reversed(self) -> "DominatedFiniteProfile":
+        return self._rev
+
+
 class AllocationLowerPair(NamedTuple):
     """The certified lower (dominated) per-epoch pair and its numbers (docs/MATH.md 13.3)."""
 
@@ -554,8 +630,246 @@ def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
     # the stored losses must not overstate |ln ratio| (their own rounding): pulled towards 0
     margin = 4 * _U * (np.abs(np.log(P2[keep])) + np.abs(np.log(Q2[keep])) + 1.0)
     losses = np.where(lr > 0, np.maximum(lr - margin, 0.0), np.minimum(lr + margin, 0.0))
-    pm = P2[keep]
-    # where a loss was pulled, its Q-mass p e^{-loss} moves towards p (the ratio towards 1)
-    blank = max(0.0, 1.0 - float(pm.sum()))
-    prof = FiniteProfile(np.append(losses, 0.0), np.append(pm, blank), 0.0)
+    # each direction on its own: its certain masses (P'' remove, Q'' add) and losses (MATH 13.3)
+    prof = DominatedFiniteProfile.pair(losses, P2[keep], Q2[keep])
+    blank = float(prof.p_masses[prof.losses == 0.0].sum())
     return AllocationLowerPair(prof, s, t, h, K + 1, L, err_p, err_q, blank, time.perf_counter() - t0)
+
+
+# -- the better of two certified upper pairs, per epoch (docs/MATH.md 13.5) ----------------------
+#: spacing (in eps) of the uniform part of the sample points of :func:`min_upper_profile`
+MIN_SPACING = 2e-3
+#: the samples reach up to where the Gaussian curve is about Phi(-MIN_TOP_Z) (z = 14: 8e-45, below the
+#: accountants' own tail truncation of 1e-38 per step); the curve above is its value there (P(+inf))
+MIN_TOP_Z = 14.0
+
+
+def _finite_delta_sorted(losses, p, p_inf, eps):
+    """(delta, rel): the curve of the finite pair (sorted ``losses``, P-masses ``p``, ``p_inf``) at the
+    increasing points ``eps``, as p_inf plus backward partial sums of nonnegative terms
+    (delta(e_k) = delta(e_{k+1}) + (e^{e_{k+1}} - e^{e_k}) Q(L > e_{k+1}) + sum over the atoms in
+    (e_k, e_{k+1}] of p_j (1 - e^{e_k - l_j})), and a relative error bound ``rel`` of every value
+    (:func:`_sum_rel`: an atom's term within 8u, e_k - l_j being exact (Sterbenz) or well separated; a
+    step's term an exp of three logs, off by 2u times their sizes; suffix and partial sums of
+    nonnegative terms)."""
+    n, m = len(eps), len(losses)
+    q = p * np.exp(-losses)
+    qsuf = np.concatenate([np.cumsum(q[::-1].astype(np.longdouble))[::-1].astype(float), [0.0]])
+    j = np.searchsorted(losses, eps, side="right")        # first atom > e_k
+    # atoms in (e_k, e_{k+1}] for k < n - 1, and those above e_{n-1} for the last point
+    owner = np.searchsorted(eps, losses, side="left") - 1  # atom l in (e_owner, e_owner+1]
+    owner = np.where(owner < 0, -1, owner)
+    inside = owner >= 0
+    w = np.zeros(n)
+    if inside.any():
+        o = owner[inside]
+        w += np.bincount(o, weights=p[inside] * -np.expm1(eps[o] - losses[inside]), minlength=n)
+    step = np.zeros(n)
+    qk = qsuf[j[1:]]
+    pos = qk > 0
+    expo = 0.0  # the largest |exponent part| of a step's term (its rounding, relative, in _sum_rel)
+    with np.errstate(over="ignore", divide="ignore"):
+        # e^{e_{k+1}} - e^{e_k} = e^{e_{k+1}} (1 - e^{-(e_{k+1} - e_k)}), in logs (no overflow for wide gaps)
+        lg, lq = np.log(-np.expm1(-np.diff(eps)[pos])), np.log(qk[pos])
+        step[:-1][pos] = np.exp(eps[1:][pos] + lg + lq)
+    if lg.size:
+        expo = float(np.max(np.abs(eps[1:][pos]) + np.abs(lg) + np.abs(lq)))
+    terms = w + step
+    terms[-1] = w[-1]  # the last point: its atoms above it only
+    d = (np.cumsum(terms[::-1].astype(np.longdouble))[::-1] + p_inf).astype(float)
+    return d, _sum_rel(m, n, expo)
+
+
+def _sum_rel(atoms: int, points: int, expo: float) -> float:
+    """Relative error bound of :func:`_finite_delta_sorted` with ``atoms`` atoms and ``points`` points:
+    (atoms + points + 16) 2u for the terms and the sums, plus 2u ``expo`` for the exponent of a step's
+    term (the largest |e_{k+1}| + |ln(1 - e^{-d})| + |ln Q| summed there: each rounded within u of itself)."""
+    return (atoms + points + 16) * 2 * _U + 2 * _U * expo
+
+
+def min_upper_profile(losses, p, p_inf, gauss_sigma: float, spacing: float = MIN_SPACING) -> "SummedFiniteProfile":
+    """A pair dominating every pair that both given pairs dominate: the finite pair (``losses``,
+    P-masses ``p``, ``p_inf``) and the Gaussian pair of noise ``gauss_sigma`` (docs/MATH.md 13.5).
+
+    Its curve (in gamma = e^eps) is the lower convex hull of the points (gamma_k, w_k),
+    w_k = min(delta_1(e_k), delta_2(e_k)) raised by their evaluation error bounds, at samples e_k (the
+    finite pair's losses and a uniform grid of ``spacing`` from well below 0 up to where the Gaussian
+    curve underflows), anchored at (0, 1): a convex piecewise-linear curve >= the largest convex
+    minorant of min(delta_1, delta_2), which is >= the curve of any pair both dominate.  Its atoms
+    sit at the hull's vertices (Q-mass = the slope increase, P-mass = gamma Q-mass), P(+inf) = w at
+    the last sample; the P-total is made >= 1 exactly and the curve at the vertices verified >= w
+    from the stored floats.  Pessimistic.  ArithmeticError if that verification fails."""
+    from ..profiles.base import GaussianProfile
+    from ..pld.discretize import LOG_DELTA_REL_ACCURACY
+
+    losses = np.asarray(losses, dtype=float)
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(losses)
+    losses, p = losses[order], p[order]
+    g = GaussianProfile(gauss_sigma)
+    mu = g.r
+    hi = 0.5 * mu * mu + MIN_TOP_Z * mu
+    lo = -max(8.0, 0.5 * mu * mu + 10.0 * mu)
+    grid = np.arange(math.floor(lo / spacing), math.ceil(hi / spacing) + 1) * spacing
+    eps = np.unique(np.concatenate([grid, losses[(losses > grid[0]) & (losses < grid[-1])]]))
+    d1, rel1 = _finite_delta_sorted(losses, p, p_inf, eps)
+    d1 = d1 * (1.0 + rel1)
+    d2 = np.asarray(g.delta(eps), dtype=float)
+    with np.errstate(divide="ignore"):
+        ld = np.where(d2 > 0, np.abs(np.log(np.where(d2 > 0, d2, 1.0))), 0.0)
+    d2 = d2 * (1.0 + LOG_DELTA_REL_ACCURACY * (2.0 + ld)) + value_error(d2)
+    w = np.minimum(d1, d2)
+    gam = np.exp(eps)
+    # targets raised by twice the verification's relative error bound, so that the stored pair's curve,
+    # evaluated with its own rounding, still verifies above w (the slack grows until it does: the
+    # check's error bound depends on the vertices)
+    slack = 2.0 * _sum_rel(len(eps) + 1, len(eps), 2.0 * float(np.abs(eps).max()) + 100.0)
+    for _ in range(3):
+        prof = _hull_pair(eps, gam, w, slack)
+        if prof is not None:
+            return prof
+        slack *= 4.0
+    raise ArithmeticError("min_upper_profile: the hull's pair does not verify above the samples")
+
+
+def _hull_pair(eps, gam, w, slack):
+    """The finite pair of :func:`min_upper_profile` with targets w (1 + slack), or None if it does not
+    verify above w at its atoms."""
+    wt = np.minimum(w * (1.0 + slack), 1.0)
+    # lower convex hull of (0, 1) and (gam_k, w_k) (monotone chain; slopes compared as products)
+    xs = np.concatenate([[0.0], gam])
+    ys = np.concatenate([[1.0], wt])
+    X, Y = xs.tolist(), ys.tolist()
+    hull = [0, 1]
+    for k in range(2, len(X)):
+        xk, yk = X[k], Y[k]
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (Y[b] - Y[a]) * (xk - X[b]) >= (yk - Y[b]) * (X[b] - X[a]):
+                hull.pop()
+            else:
+                break
+        hull.append(k)
+    v = np.asarray(hull[1:]) - 1  # vertices (indices into eps); the anchor dropped
+    gv, wv = gam[v], wt[v]
+    slopes = np.diff(np.concatenate([[1.0], wv])) / np.diff(np.concatenate([[0.0], gv]))
+    slopes = np.append(slopes, 0.0)
+    qv = np.maximum(np.diff(slopes), 0.0)
+    pv = gv * qv
+    pinf = float(wv[-1])
+    # the P-total >= 1 exactly (the PLD statement needs it): a deficit goes to an atom of loss 0
+    lv = eps[v]
+    deficit = -math.fsum(np.concatenate([pv, [pinf, -1.0]]))
+    if deficit > 0:
+        lv, pv = np.append(lv, 0.0), np.append(pv, 2.0 * deficit)
+        order = np.argsort(lv, kind="stable")
+        lv, pv = lv[order], pv[order]
+    # verification: the stored pair's curve at its atoms (the vertices and 0, lowered by its error bound)
+    # >= w there; it is linear in gamma between them (eps = 0 is a sample of the uniform grid)
+    at = np.union1d(v, np.searchsorted(eps, 0.0)) if deficit > 0 else v
+    chk, rel = _finite_delta_sorted(lv, pv, pinf, eps[at])
+    if not np.all(chk * (1.0 - rel) >= w[at]):
+        return None
+    keep = pv > 0
+    return SummedFiniteProfile(lv[keep], pv[keep], pinf)
+
+
+@functools.lru_cache(maxsize=16)
+def allocation_epoch_upper(sigma: float, t: int):
+    """(remove, add): the per-epoch upper pairs of random allocation, each the
+    :func:`min_upper_profile` of the amplified pair (:func:`allocation_epoch_pair`; add: its reverse)
+    and the unamplified epoch pair (Gaussian at noise sigma, which dominates one epoch in both
+    directions, MATH 13), so that neither is worse than the better of the two (MATH 13.5); where that
+    construction does not verify (ArithmeticError), the amplified pair alone.  Raises
+    :class:`LatticeTooLarge` as :func:`allocation_epoch_pair`."""
+    prof = allocation_epoch_profile(float(sigma), int(t))
+    try:
+        rem = min_upper_profile(prof.losses, prof.p_masses, prof.p_inf, float(sigma))
+        add = min_upper_profile(-prof.losses, prof.q_masses, prof.q_minus_inf, float(sigma))
+    except ArithmeticError:
+        return prof, prof.reversed()
+    return rem, add
+
+
+class UnamplifiedBounds:
+    """Certified bounds of a composition of random-allocation / shuffle epochs and unsampled Gaussian
+    steps without amplification (docs/MATH.md 13, 13.5): upper = the Gaussian pair at mu_up
+    (every epoch dominated by the Gaussian pair at sigma), lower = the Gaussian pair at mu_lo (the
+    epoch sums, a post-processing), both closed forms with their rounding folded in
+    (:func:`pldlib.exact.gaussian_exact`).  The PLD accountant answers with the better of these and
+    its per-epoch bounds on each side (upper: the smaller, lower: the larger)."""
+
+    def __init__(self, mu_up: float, mu_lo: float, terms: int):
+        from ..exact import GaussianPair
+
+        # mu^2 is a sum of `terms` positive terms of a few roundings each, then a square root
+        rel = (max(terms, 56) + 8) * 2 * _U
+        self.mu_up, self.mu_lo = mu_up, mu_lo
+        self._up, self._lo = GaussianPair(mu_up, rel), GaussianPair(mu_lo, rel)
+
+    def delta_bounds(self, eps):
+        return self._lo.delta_bounds(eps)[0], self._up.delta_bounds(eps)[1]
+
+    def epsilon_bounds(self, deltas):
+        return self._lo.epsilon_bounds(deltas)[0], self._up.epsilon_bounds(deltas)[1]
+
+
+def unamplified_bounds(components, relation: str) -> "UnamplifiedBounds | None":
+    """:class:`UnamplifiedBounds` of ``components`` [(step or event, count)] when every component is a
+    random-allocation or shuffle step of Gaussian noise (example level, whole epochs) or an unsampled
+    Gaussian, and at least one is sampled; None otherwise.  Per epoch of t steps at noise sigma:
+    mu_up^2 += c^2 / sigma^2, mu_lo^2 += c^2 / (t sigma^2) (c = 2 under substitution, else 1)."""
+    c2 = 4.0 if relation == "substitution" else 1.0
+    up2 = lo2 = 0.0
+    sampled = False
+    terms = 0
+    for s, k in components:
+        ev = getattr(s, "event", s)
+        if isinstance(ev, E.Sampled) and ev.q < 1.0:
+            if ev.scheme not in ("random_allocation", "shuffle") or ev.group != 1 \
+                    or not isinstance(ev.event, E.GaussianEvent):
+                return None
+            t = epoch_length(ev.q)
+            if k % t:
+                return None
+            sig = ev.event.sigma
+            up2 += (k // t) * c2 / sig ** 2
+            lo2 += (k // t) * c2 / (t * sig ** 2)
+            sampled = True
+        else:
+            if isinstance(ev, E.Sampled):
+                ev = ev.event
+            if not isinstance(ev, E.GaussianEvent):
+                return None
+            up2 += k * c2 / ev.sigma ** 2
+            lo2 += k * c2 / ev.sigma ** 2
+        terms += 1
+    if not sampled or not (up2 > 0 and math.isfinite(up2)):
+        return None
+    return UnamplifiedBounds(math.sqrt(up2), math.sqrt(lo2), 4 * terms)
+
+
+def with_unamplified(components, relation: str, upper_only: bool, kind: str, x, compute):
+    """The PLD accountant's ``delta`` / ``epsilon`` bounds (``compute()`` -> (lower, upper) at ``x``)
+    combined with :func:`unamplified_bounds` where those apply: upper = the smaller, lower = the larger
+    (both are certified; lower untouched for an upper-only accountant).  Where ``compute`` refuses
+    (:class:`~pldlib.PrecisionLimitError`), the unamplified bounds alone (docs/MATH.md 13.5)."""
+    from .._validate import PrecisionLimitError
+
+    alt = unamplified_bounds(components, relation) if components else None
+    if alt is None:
+        return compute()
+    alo, aup = alt.delta_bounds(x) if kind == "delta" else alt.epsilon_bounds(x)
+    alo = np.broadcast_to(np.asarray(alo, dtype=float), np.shape(x))
+    aup = np.broadcast_to(np.asarray(aup, dtype=float), np.shape(x))
+    try:
+        lo, up = compute()
+    except PrecisionLimitError:
+        lo = np.full(np.shape(x), np.nan)
+        up = lo.copy()
+    up = np.fmin(up, aup)
+    if not upper_only:
+        lo = np.fmax(lo, alo)
+    elif np.isnan(lo).any():
+        lo = np.where(np.isnan(lo), 0.0 if kind == "delta" else -np.inf, lo)
+    return lo, up
