@@ -312,49 +312,76 @@ class Accountant:
     # -- trade-off curves (f-DP; docs/MATH.md section 10) ------------------------------
     #: points of the eps grid of the generic trade-off bounds (:meth:`_power`)
     TRADEOFF_GRID = 801
+    #: at most this many eps points are added around the points where those bounds are attained
+    REFINE_POINTS = 1024
+
+    def _direction_deltas(self, eps: np.ndarray) -> list:
+        """Certified [(lower, upper), ...] of delta(eps), one entry per direction of the relation
+        (add_remove: remove and add), each bounding that direction's own curve; ``lower`` must
+        bound the curve of pairs realised by neighbours (docs/MATH.md 10.5).
+
+        Default, for methods that report only the maximum over directions: the upper end of
+        :meth:`delta` (the maximum's upper end bounds every direction's curve) and no lower end
+        (the maximum's lower end bounds no single direction's curve, so it certifies no attack)."""
+        d = self.delta(eps)
+        return [(np.zeros(eps.shape), np.asarray(d.upper, dtype=float))]
+
+    def _tradeoff_top(self) -> float:
+        """The right end of the eps grid of :meth:`_power`: the upper eps(1e-12) (NaN if none;
+        only the grid, never a bound, depends on it)."""
+        try:
+            return float(self.epsilon(1e-12).upper)
+        except (ArithmeticError, ValueError):
+            return math.nan
 
     def _power(self, alpha: np.ndarray):
-        """(lower, upper) certified bounds on the power 1 - beta(alpha) (docs/MATH.md 10.1).
+        """(lower, upper) certified bounds on the power 1 - beta(alpha) (docs/MATH.md 10.1, 10.5).
 
-        Generic version from the method's certified delta(eps) on an eps grid e_0 < ... < e_K
-        (the PLD accountant overrides it with the exact reading of its discrete curves):
-        power <= min_k [delta_up(e_k) + e^{e_k} alpha] (every eps is a witness), and, since
-        delta is non-increasing and e^eps increasing, power >= min(delta_lo(e_0),
-        min_k [delta_lo(e_{k+1}) + e^{e_k} alpha], e^{e_K} alpha), and power >= alpha.
+        Generic version from the method's certified delta(eps) of each direction
+        (:meth:`_direction_deltas`) on an eps grid e_0 < ... < e_K, refined around the points
+        where the bounds are attained (the PLD accountant reads its discrete curves exactly):
+        per direction, power <= min_k [delta_up(e_k) + e^{e_k} alpha] and power >= min(delta_lo(e_0),
+        min_k [delta_lo(e_{k+1}) + e^{e_k} alpha], e^{e_K} alpha), and power >= alpha
+        (:func:`pldlib.pld.tradeoff.profile_power`); the relation's power is the point-wise
+        maximum over directions of these (never the conjugate of the maximum of the curves,
+        whose lower end can exceed every direction's power).
         Methods whose delta has no certified upper side (estimates) refuse.
         """
+        from ..pld.tradeoff import max_directions, profile_argmins, profile_power
+
         if self.kind not in ("certified", "upper"):
             raise NotImplementedError(f"{self.method}: no certified trade-off curve for this method "
                                       f"(kind {self.kind!r}: its answers are estimates); use the 'pld' accountant")
         self._ensure_built()
-        try:
-            top = float(self.epsilon(1e-12).upper)
-        except (ArithmeticError, ValueError):
-            top = math.nan
+        top = self._tradeoff_top()
         top = top if math.isfinite(top) else 40.0
         top = min(max(top, 1.0), 60.0)
         eps = np.linspace(-top - 5.0, top, self.TRADEOFF_GRID)
-        d = self.delta(eps)
-        du = np.asarray(d.upper, dtype=float)
-        dl = np.asarray(d.lower, dtype=float)
-        du = np.where(np.isnan(du), 1.0, np.minimum(du, 1.0))
-        dl = np.where(np.isnan(dl), 0.0, np.maximum(dl, 0.0))
-        E = np.exp(eps)
-        up = np.empty(alpha.shape)
-        lo = np.empty(alpha.shape)
-        for j0 in range(0, alpha.size, 256):  # bounded memory
-            a = alpha[j0:j0 + 256, None]
-            up[j0:j0 + 256] = np.min(du[None, :] + E[None, :] * a, axis=1)
-            cells = np.min(dl[None, 1:] + E[None, :-1] * a, axis=1)
-            lo[j0:j0 + 256] = np.minimum(np.minimum(cells, dl[0]), E[-1] * a[:, 0])
-        # round-off of these few operations: a relative 4u margin each way
-        up = np.minimum(up * (1 + 4 * np.finfo(float).eps) , 1.0)
-        lo = np.maximum(lo * (1 - 4 * np.finfo(float).eps), alpha)
-        return np.minimum(lo, up), up
+        dirs = self._direction_deltas(eps)
+        # refinement: REFINE_POINTS more eps in the cells next to where some bound is attained
+        # (any set of eps gives certified bounds; the refinement only tightens them)
+        idx = np.unique(np.concatenate([profile_argmins(eps, dl, du, alpha) for dl, du in dirs]))
+        per = min(32, self.REFINE_POINTS // max(idx.size, 1))
+        if idx.size and per >= 2:
+            a_ = eps[np.maximum(idx - 1, 0)]
+            b_ = eps[np.minimum(idx + 1, eps.size - 1)]
+            t = np.linspace(0.0, 1.0, per + 2)[1:-1]
+            extra = np.unique((a_[:, None] + (b_ - a_)[:, None] * t[None, :]).ravel())
+            extra = extra[~np.isin(extra, eps)]
+            if extra.size:
+                more = self._direction_deltas(extra)
+                allx = np.concatenate([eps, extra])
+                order = np.argsort(allx, kind="stable")
+                eps = allx[order]
+                dirs = [(np.concatenate([np.asarray(dl, float), np.asarray(ml, float)])[order],
+                         np.concatenate([np.asarray(du, float), np.asarray(mu, float)])[order])
+                        for (dl, du), (ml, mu) in zip(dirs, more)]
+        return max_directions(profile_power(eps, dl, du, alpha) for dl, du in dirs)
 
     def tradeoff(self, alpha):
         """Certified interval for the trade-off function beta(alpha) (least type II error at
-        type I error alpha, both directions of the relation; docs/MATH.md section 10),
+        type I error alpha; for several directions, e.g. add_remove, the point-wise minimum over
+        them, each read off its own curve; docs/MATH.md section 10, 10.5),
         vectorised over alpha in [0, 1].  ``lower`` comes from the pessimistic side (no attack
         does better), ``upper`` from the optimistic one (some attack does at least as well)."""
         from ..pld.tradeoff import alpha_array, beta_from_power
@@ -401,7 +428,7 @@ class Accountant:
 
         am = DEFAULT_ALPHA_MIN if alpha_min is None else float(alpha_min)
         if not (0.0 < am < 0.5):
-            raise ValueError(f"alpha_min: must lie in (0, 0.5), got {alpha_min!r}")
+            raise ValueError(f"alpha_min: must lie in (0, 0.5), got {V.fmt(alpha_min)}")
         self._ensure_built()
         if self._power(np.array([0.0]))[0][0] > 0.0:
             # certified mass at +infinity: power > 0 at alpha = 0, which no G_mu allows

@@ -854,6 +854,16 @@ class PRVAccountant(Accountant):
             return Estimate(float(lo[0]), float(est[0]), float(up[0]))
         return Estimate(lo, est, up)
 
+    def _direction_deltas(self, eps: np.ndarray) -> list:
+        """Certified (lower, upper) of each branch's own delta(eps) (trade-off curves, docs/MATH.md
+        10.5): the relation's power is the maximum of the branches' powers, each from its own curve."""
+        out = []
+        for br in self._branches:
+            l, _e, u, _sh = self._branch_delta(br, eps)
+            u = np.minimum(u, 1.0)
+            out.append((np.minimum(l, u), u))
+        return out
+
     def delta(self, epsilon) -> Estimate:
         """Certified (lower, upper) and the PRV estimate of delta(eps), vectorised over eps."""
         scalar = np.ndim(epsilon) == 0

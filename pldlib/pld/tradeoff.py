@@ -32,6 +32,14 @@ L, alias term chi, valid for eps >= valid_from = v):
 Floating point: the tail sums are sums of non-negative terms (relative error at most
 n u, n the number of points), so the upper ends are raised and the lower ends lowered
 by a relative margin of 16 n u, and 1 - power is rounded outward.
+
+Several directions (add_remove: remove and add): the relation's power is the point-wise
+MAXIMUM of the directions' powers (a fixed pair of neighbours is one direction), so the
+bounds are computed per direction, each from that direction's own curve, and combined by
+the maximum of the lower ends and the maximum of the upper ends (:func:`max_directions`).
+Conjugating the maximum of the directions' curves instead would give the power of the
+convex envelope of min_b beta_b, which can exceed every direction's power: its lower end
+is then not certified (docs/MATH.md section 10.5).
 """
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ from .compose import Composition
 from .grid import GridMeasure
 
 __all__ = ["power_bounds", "np_power", "gdp_mu_bounds", "gaussian_tradeoff", "implied_tradeoff",
-           "alpha_array", "DEFAULT_ALPHA_MIN"]
+           "alpha_array", "DEFAULT_ALPHA_MIN", "profile_power", "pinf_power", "max_directions"]
 
 _U = np.finfo(float).eps / 2
 #: default smallest alpha over which a Gaussian-DP mu is certified (see :func:`gdp_mu_bounds`)
@@ -61,7 +69,7 @@ def alpha_array(name: str, alpha) -> np.ndarray:
         raise ValueError(f"{name}: empty")
     bad = ~((a >= 0.0) & (a <= 1.0))
     if bad.any():
-        raise ValueError(f"{name}: must lie in [0, 1], got {a[bad][0]!r}")
+        raise ValueError(f"{name}: must lie in [0, 1], got {float(a[bad][0])!r}")
     return a
 
 
@@ -156,6 +164,92 @@ def power_bounds(comp: Composition, alpha: np.ndarray) -> tuple[np.ndarray, np.n
         lo = np.maximum(lo, alpha)
     lo = np.minimum(lo, up)
     return lo, up
+
+
+def profile_power(eps: np.ndarray, d_lo: np.ndarray, d_up: np.ndarray, alpha: np.ndarray):
+    """Certified (lower, upper) power of ONE pair from bounds d_lo <= delta <= d_up of its own
+    curve at increasing points e_0 < ... < e_K (docs/MATH.md 10.2, 10.5):
+
+        power <= min_k [d_up(e_k) + e^{e_k} alpha]           (every eps is a witness),
+        power >= min(d_lo(e_0), min_k [d_lo(e_{k+1}) + e^{e_k} alpha], e^{e_K} alpha)
+
+    (delta non-increasing, e^eps increasing: on [e_k, e_{k+1}] the objective is at least
+    d_lo(e_{k+1}) + e^{e_k} alpha), and power >= alpha (the random test).  ``d_lo`` must bound
+    the curve of one pair, never a maximum over pairs (module doc).  NaN ends count as the
+    trivial bounds (d_up = 1, d_lo = 0)."""
+    eps = np.asarray(eps, dtype=float)
+    alpha = np.asarray(alpha, dtype=float)
+    du = np.asarray(d_up, dtype=float)
+    dl = np.asarray(d_lo, dtype=float)
+    du = np.where(np.isnan(du), 1.0, np.minimum(du, 1.0))
+    dl = np.where(np.isnan(dl), 0.0, np.clip(dl, 0.0, 1.0))
+    with np.errstate(over="ignore"):
+        E = np.exp(eps)
+    up = np.empty(alpha.shape)
+    lo = np.empty(alpha.shape)
+    for j0 in range(0, alpha.size, 256):  # bounded memory
+        a = alpha[j0:j0 + 256, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            up[j0:j0 + 256] = np.min(du[None, :] + E[None, :] * a, axis=1)
+            if eps.size > 1:
+                cells = np.min(dl[None, 1:] + E[None, :-1] * a, axis=1)
+            else:
+                cells = np.full(a.shape[0], np.inf)
+            lo[j0:j0 + 256] = np.minimum(np.minimum(cells, dl[0]), E[-1] * a[:, 0])
+    # round-off of these few operations (one exp, one product, one sum): a relative 8u each way
+    up = np.minimum(up * (1 + 8 * _U), 1.0)
+    lo = np.maximum(lo * (1 - 8 * _U), alpha)
+    return np.minimum(lo, up), up
+
+
+def profile_argmins(eps: np.ndarray, d_lo: np.ndarray, d_up: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """The grid indices where the two minima of :func:`profile_power` are attained (for refining
+    the eps grid there; only the work depends on them, never the bounds)."""
+    du = np.where(np.isnan(d_up), 1.0, np.minimum(d_up, 1.0))
+    dl = np.where(np.isnan(d_lo), 0.0, np.clip(d_lo, 0.0, 1.0))
+    with np.errstate(over="ignore"):
+        E = np.exp(eps)
+    out = []
+    for j0 in range(0, alpha.size, 256):
+        a = alpha[j0:j0 + 256, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            out.append(np.argmin(du[None, :] + E[None, :] * a, axis=1))
+            if eps.size > 1:
+                out.append(np.argmin(dl[None, 1:] + E[None, :-1] * a, axis=1))
+    return np.unique(np.concatenate(out)) if out else np.zeros(0, dtype=int)
+
+
+def pinf_power(D_bounds, power_fn, alpha: np.ndarray):
+    """Power bounds of a pair whose curve is D + (1 - D) delta'(eps) (a +inf mass D in
+    [D_lo, D_hi], as taken out of (eps0, delta0) steps), from ``power_fn(x) -> (lower, upper)``,
+    certified power bounds p' of the pair of delta' (docs/MATH.md 10.5):
+
+        power(alpha) = D + (1 - D) p'(alpha / (1 - D)),
+
+    non-decreasing in D and in the argument; so the lower end takes D_lo and the argument
+    rounded down, the upper end D_hi and the argument rounded up (p' = 1 beyond 1)."""
+    D_lo, D_hi = float(D_bounds[0]), float(D_bounds[1])
+    alpha = np.asarray(alpha, dtype=float)
+    if D_hi >= 1.0:
+        return np.ones(alpha.shape), np.ones(alpha.shape)
+    a_lo = np.minimum(alpha / (1.0 - D_lo) * (1 - 4 * _U), 1.0)
+    a_hi = np.minimum(alpha / (1.0 - D_hi) * (1 + 4 * _U), 1.0)
+    n = alpha.size
+    l, u = power_fn(np.concatenate([a_lo, a_hi]))
+    l, u = np.asarray(l, dtype=float)[:n], np.asarray(u, dtype=float)[n:]
+    lo = (D_lo + (1.0 - D_lo) * l) * (1 - 4 * _U)
+    up = np.where(a_hi >= 1.0, 1.0, np.minimum((D_hi + (1.0 - D_hi) * u) * (1 + 4 * _U), 1.0))
+    lo = np.maximum(np.maximum(lo, alpha), D_lo * (1 - 4 * _U))
+    return np.minimum(lo, up), up
+
+
+def max_directions(bounds) -> tuple[np.ndarray, np.ndarray]:
+    """(max_b lower_b, max_b upper_b) of per-direction power bounds [(lower_b, upper_b), ...]: the
+    relation's power is the point-wise maximum of its directions' powers (module doc)."""
+    bounds = list(bounds)
+    lo = np.max([np.asarray(b[0], dtype=float) for b in bounds], axis=0)
+    up = np.max([np.asarray(b[1], dtype=float) for b in bounds], axis=0)
+    return np.minimum(lo, up), up
 
 
 def beta_from_power(lo_power, up_power):
