@@ -165,3 +165,40 @@ def epsilon_array(name: str, values) -> np.ndarray:
     if bad.any():
         raise ValueError(f"{name} must be finite, got {fmt(arr[bad][0])}")
     return arr
+
+
+def lattice_pmf(name: str, values) -> tuple:
+    """A symmetric probability vector of length >= 2 (a lattice noise's pmf on offsets 0..m-1):
+    finite entries >= 0 summing to 1 (within 1e-12), pmf == pmf[::-1] (within 1e-15)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list of probabilities, got {fmt(values)}")
+    vals = list(values)
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in vals):
+        raise TypeError(f"{name} must be a flat list of real numbers (probabilities)")
+    arr = np.asarray(vals, dtype=float)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"{name} must have at least 2 entries, got {arr.size}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        bad = arr[~(np.isfinite(arr) & (arr >= 0))][0]
+        raise ValueError(f"{name} entries must be finite and >= 0, got {fmt(bad)}")
+    if abs(math.fsum(arr.tolist()) - 1.0) > 1e-12:
+        raise ValueError(f"{name} must sum to 1, got {fmt(math.fsum(arr.tolist()))}")
+    if not np.allclose(arr, arr[::-1], rtol=0, atol=1e-15):
+        # the dominating pairs of docs/MATH.md section 2 assume B_{-D} mirrors B_D
+        raise ValueError(f"{name} must be symmetric ({name} == {name}[::-1]) for the subsampling dominating pairs")
+    return tuple(float(x) for x in arr)
+
+
+def whole_number(name: str, value) -> int:
+    """An integer >= 1, given as an int or a whole float (``2.0``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be an integer >= 1, got {fmt(value)}")
+    if isinstance(value, numbers.Integral):
+        v = int(value)
+    elif math.isfinite(float(value)) and float(value).is_integer():
+        v = int(float(value))
+    else:
+        raise ValueError(f"{name} must be an integer >= 1, got {fmt(value)}")
+    if v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v}")
+    return v

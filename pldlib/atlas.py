@@ -418,13 +418,20 @@ class Atlas:
             raise AtlasRangeError(f"{name}={v:g} is outside the atlas ({name} covers [{g[0]:g}, {g[-1]:g}])")
 
     def sigma_for(self, epsilon, delta, q, steps, sampling: str = "poisson", relation: str = "add_remove", *,
-                  certify: bool = False) -> AtlasAnswer:
+                  certify: bool = False, outside: str | None = None) -> AtlasAnswer:
         """Certified sigma, certified insufficient sigma and an estimate for each query.
 
         ``epsilon``, ``delta``, ``q``, ``steps`` broadcast against each other (any
         epsilon > 0; the others inside the atlas's ranges).  Scalars in, floats out.
         With ``certify=True`` each query is also checked by the accountant at its
         exact arguments (see the module docstring); ``sigma`` is then that sigma.
+
+        A query whose answer lies outside the sigma grid -- no grid sigma is certified to meet
+        epsilon (the answer lies above the grid), or the smallest grid sigma already is (it lies
+        at or below it) -- raises :class:`AtlasRangeError` with ``outside="raise"`` (the default
+        for scalar queries), naming epsilon and the eps the grid reaches; with ``outside="nan"``
+        (the default for arrays) its ``sigma`` is NaN above the grid and the smallest grid sigma
+        below it (certified, not tight).  ``certify=True`` answers either way.
         """
         scalar = all(np.ndim(x) == 0 for x in (epsilon, delta, q, steps))
         e, d, qq, k = (np.atleast_1d(np.asarray(x, dtype=float)) for x in (epsilon, delta, q, steps))
@@ -433,8 +440,12 @@ class Atlas:
         except ValueError:
             raise ValueError("epsilon, delta, q and steps must broadcast to one shape") from None
         e, d, qq, k = (np.ravel(x) for x in (e, d, qq, k))
+        if outside is None:
+            outside = "raise" if scalar and not certify else "nan"
+        V.choice("outside", outside, ("raise", "nan"))
         for name, x, ok in (("epsilon", e, (e > 0) & np.isfinite(e)), ("delta", d, (d > 0) & (d < 1)),
-                            ("q", qq, (qq > 0) & (qq <= 1)), ("steps", k, (k >= 1) & (k == np.floor(k)))):
+                            ("q", qq, (qq > 0) & (qq <= 1)),
+                            ("steps", k, (k >= 1) & np.isfinite(k) & (k == np.floor(k)))):
             if not ok.all():
                 bad = x[~ok][0]
                 why = {"epsilon": "> 0 and finite", "delta": "in (0, 1)", "q": "in (0, 1]",
@@ -489,9 +500,13 @@ class Atlas:
             insufficient[b] = np.where(last >= 0, S[np.maximum(last, 0)], np.nan)
         est = self._estimate(e, d, qq, k, lmid_t, (oq, ok_, od), hint=jcert)
         cut = self.q_cut(sampling)
+        apart = np.zeros(n, dtype=bool)
         if cut is not None:  # q < 1 whose q-up neighbour is q = 1 of another family: not covered
             apart = (iq >= cut) & (qq < 1.0)
             sigma[apart] = eps_up[apart] = est[apart] = np.nan
+        if outside == "raise" and not certify:
+            self._raise_outside(jcert, apart, e, d, qq, k, up_t, iq - oq, ik - ok_, idd - od, idd_up - od, tchord,
+                                perm)
         if perm is not None:  # back to the queries' order
             sigma, insufficient, est, eps_up = (_unpermute(x, perm) for x in (sigma, insufficient, est, eps_up))
         ans = AtlasAnswer(sigma, insufficient, est, eps_up, certified_by=["atlas"] * sigma.size)
@@ -501,6 +516,35 @@ class Atlas:
             return AtlasAnswer(float(ans.sigma[0]), float(ans.sigma_insufficient[0]), float(ans.estimate[0]),
                                float(ans.eps_upper[0]), ans.certified_by[0], ans.evaluations, ans.notes)
         return ans
+
+    def _raise_outside(self, jcert, apart, e, d, qq, k, up_t, iq, ik, idd, idd_up, tchord, perm) -> None:
+        """AtlasRangeError for the first query whose answer lies outside the sigma grid, in the
+        queries' own order: ``jcert`` < 0 (no grid sigma certified: above it), or the first grid
+        sigma certified is the first with a certified bound at all (nothing in the grid says a
+        smaller sigma falls short: at or below it)."""
+        S = self.axes["sigma"]
+        known = np.isfinite(up_t[iq, ik, idd])  # (n, S): grid sigmas holding a certified upper eps
+        first = np.where(known.any(axis=1), known.argmax(axis=1), -1)
+        bad = ((jcert < 0) | ((jcert >= 0) & (jcert <= first))) & ~apart
+        if not bad.any():
+            return
+        order = np.arange(e.size) if perm is None else perm  # (sorted position -> query index)
+        i = int(np.nonzero(bad)[0][np.argmin(order[bad])])
+        # the certified upper eps of the delta chord at the first known and at the last grid sigma
+        cols = [max(int(first[i]), 0), S.size - 1]
+        rows = [up_t[iq[i], ik[i], idd[i]][cols][None, :], up_t[iq[i], ik[i], idd_up[i]][cols][None, :]]
+        top, bottom = _delta_chord(*rows, tchord[i : i + 1])[0]
+        what = (f"epsilon={V.fmt(float(e[i]))}, delta={V.fmt(float(d[i]))}, q={V.fmt(float(qq[i]))}, "
+                f"steps={int(k[i])}")
+        if jcert[i] < 0:
+            reach = (f"at its largest sigma {S[-1]:.6g} the certified eps is {bottom:.6g}" if math.isfinite(bottom)
+                     else f"it holds no certified eps at its largest sigma {S[-1]:.6g}")
+            raise AtlasRangeError(f"{what}: the sigma needed lies above the atlas's sigma range "
+                                  f"[{S[0]:.6g}, {S[-1]:.6g}] ({reach}); use pldlib.calibrate (or certify=True)")
+        low = S[cols[0]]
+        raise AtlasRangeError(f"{what}: already met at the smallest sigma the atlas certifies here, {low:.6g} "
+                              f"(eps <= {top:.6g} there), so the smallest sigma meeting it lies at or below the "
+                              f"atlas's sigma range [{S[0]:.6g}, {S[-1]:.6g}]; use pldlib.calibrate (or certify=True)")
 
     def _bracket(self, name: str, x: np.ndarray) -> tuple:
         """Grid indices (i0, i0 + 1) around x on axis ``name`` and the weight of i0 + 1 (in logs)."""

@@ -50,12 +50,16 @@ class AttackCalibrationResult:
     interval: float = math.nan
     params: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
+    #: a sigma just below ``sigma`` that the accountant refuses (single-step loss beyond floating
+    #: point): then every sigma it could certify met the target and ``sigma`` is the smallest
+    #: certifiable one (to tol), not a certified optimum; None otherwise
+    sigma_refused: float | None = None
 
     def as_dict(self) -> dict:
         return {"sigma": self.sigma, "metric": self.metric, "target": self.target,
                 "value": {"lower": float(self.value.lower), "upper": float(self.value.upper)},
-                "sigma_lower": self.sigma_lower, "seconds": self.seconds, "evaluations": self.evaluations,
-                "interval": self.interval, "params": self.params}
+                "sigma_lower": self.sigma_lower, "sigma_refused": self.sigma_refused, "seconds": self.seconds,
+                "evaluations": self.evaluations, "interval": self.interval, "params": self.params}
 
 
 def epsilon_for_tpr(tpr: float, fpr: float, delta: float) -> float:
@@ -112,7 +116,14 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
     Returns
     -------
     AttackCalibrationResult (sigma certified: its accountant's upper metric <= target)
+
+    A sigma the accountant refuses (too little noise: :class:`pldlib.PrecisionLimitError`,
+    :class:`pldlib.GridTooLargeError`) is a lower end of the search, not a failure: when every
+    certifiable sigma meets the target, the smallest certifiable one is returned with
+    ``sigma_refused`` set.  A target no sigma within the evaluation budget certifies raises
+    :class:`pldlib.CalibrationError` naming the target and the metric reached.
     """
+    from .calibrate import CalibrationError
     from .mechanisms import Gaussian
     from .pld.accountant import account
 
@@ -126,12 +137,12 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
         try:
             tpr, fpr = tpr_at_fpr
         except (TypeError, ValueError):
-            raise TypeError(f"tpr_at_fpr: must be a pair (tpr, fpr), got {tpr_at_fpr!r}") from None
+            raise TypeError(f"tpr_at_fpr: must be a pair (tpr, fpr), got {V.fmt(tpr_at_fpr)}") from None
         tpr = V.probability_open("tpr_at_fpr[0] (tpr)", tpr)
         fpr = V.probability_open("tpr_at_fpr[1] (fpr)", fpr)
         if not tpr > fpr:
             raise ValueError(f"tpr_at_fpr: the target tpr must exceed the fpr (a random test reaches tpr = fpr), "
-                             f"got {tpr_at_fpr!r}")
+                             f"got ({V.fmt(tpr)}, {V.fmt(fpr)})")
         metric, target = f"tpr@fpr={fpr:g}", tpr
         mu_seed = float(special.ndtri(tpr) - special.ndtri(fpr))
     else:
@@ -152,19 +163,27 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
         history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
         return Interval(float(iv.lower), float(iv.upper)), acc.interval
 
-    lo_s = hi_s = hi_iv = hi_h = None
+    lo_s = hi_s = hi_iv = hi_h = refused = None
     n = 0
+    reached = []  # (sigma, certified upper metric) of the evaluations
 
     def decide(sigma):
-        """Evaluate; refine the grid (twice at most) while the target is inside the interval."""
-        nonlocal lo_s, hi_s, hi_iv, hi_h, n
-        iv, h = evaluate(sigma)
+        """Evaluate; refine the grid (twice at most) while the target is inside the interval.
+        A sigma the accountant refuses (too little noise to certify) is not feasible."""
+        nonlocal lo_s, hi_s, hi_iv, hi_h, n, refused
         n += 1
+        try:
+            iv, h = evaluate(sigma)
+        except (V.PrecisionLimitError, V.GridTooLargeError):
+            if refused is None or sigma > refused:
+                refused = sigma
+            return False
         for _ in range(2):
             if iv.upper <= target or iv.lower > target:
                 break
             iv, h = evaluate(sigma, 0.5 * h)
             n += 1
+        reached.append((sigma, iv.upper))
         if iv.upper <= target:
             if hi_s is None or sigma < hi_s:
                 hi_s, hi_iv, hi_h = sigma, iv, h
@@ -175,26 +194,34 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
 
     s = V.positive_finite("sigma_guess", sigma_guess) if sigma_guess is not None else _seed(
         mu_seed, q, steps, samp, relation)
-    # bracket: [not feasible, feasible]
+    # bracket: [not feasible, feasible], by factors 1.25, 1.25^2, 1.25^4, ... (at most 16)
     a = b = None
+    step = 1.25
     if decide(s):
         b = s
         while a is None and n < max_evaluations:
-            s /= 1.25
+            s /= step
+            step = min(step * step, 16.0)
             if decide(s):
                 b = s
             else:
                 a = s
     else:
         a = s
-        while b is None and n < max_evaluations:
-            s *= 1.25
+        while b is None and n < max_evaluations and s < 1e250:
+            s *= step
+            step = min(step * step, 16.0)
             if decide(s):
                 b = s
             else:
                 a = s
     if b is None:
-        raise RuntimeError(f"calibrate_attack: no certified sigma found within {max_evaluations} evaluations")
+        best = min(reached, key=lambda t: t[1]) if reached else None
+        got = (f"; the smallest certified upper {metric} found is {best[1]!r} (at sigma = {best[0]:.6g})"
+               if best else "")
+        raise CalibrationError(f"calibration to {metric} <= {V.fmt(target)}: no certified sigma found within "
+                               f"{n} evaluations (sigma up to {s:.3g}){got}; the target is too close to "
+                               "what a random test reaches")
     while n < max_evaluations and b / a > 1.0 + tol:
         m = math.sqrt(a * b)
         if decide(m):
@@ -202,6 +229,7 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
         else:
             a = m
     return AttackCalibrationResult(
+        sigma_refused=None if refused is None or refused < a * (1 - 1e-12) else float(refused),
         sigma=float(hi_s), value=hi_iv, sigma_lower=None if lo_s is None else float(lo_s), metric=metric,
         target=float(target), seconds=time.perf_counter() - t0, evaluations=n, interval=float(hi_h),
         params={"q": q, "steps": steps, "sampling": samp, "relation": relation, "tol": tol,

@@ -30,6 +30,7 @@ from scipy import special
 from . import _validate as V
 from .pld.accountant import Interval, account
 from .mechanisms import Gaussian
+from .profiles.base import LossRangeError
 
 __all__ = ["calibrate", "CalibrationResult", "CalibrationError", "get_noise_multiplier", "seed_sigma"]
 
@@ -49,6 +50,14 @@ TOL_RANGE = (1e-8, 0.1)
 
 class CalibrationError(RuntimeError):
     """No certified sigma could be found within the evaluation budget or the accuracy limits."""
+
+
+class _Refused(Exception):
+    """An evaluation the accountant refused: too little noise to certify (internal to the search)."""
+
+    def __init__(self, sigma: float, exc: Exception):
+        super().__init__(f"sigma={sigma:.6g}: {exc}")
+        self.sigma, self.exc = sigma, exc
 
 
 @dataclass
@@ -87,18 +96,32 @@ class CalibrationResult:
 
 def _gdp_sigma(epsilon, delta, q, steps) -> float:
     """Seed: the sigma at which the CLT/GDP estimate meets the target (an estimate only)."""
-    from scipy import optimize  # imported here: it costs ~0.2 s of every command's start-up
 
     def gdp_delta(mu):
         # e^eps Phi(b) in log space: e^eps alone overflows for eps > 709
         return special.ndtr(-epsilon / mu + mu / 2) - math.exp(min(epsilon + special.log_ndtr(-epsilon / mu - mu / 2),
                                                                    700.0))
 
-    # mu needed
+    # mu needed: gdp_delta increases in mu, from 0 (mu -> 0) to 1; bracketed by expanding
+    # (targets far from mu ~ 1, e.g. epsilon = 1e-6 and delta = 1e-12, need mu ~ 1e-12)
     lo, hi = 1e-6, 100.0
     if gdp_delta(hi) < delta:
         return 1.0
-    mu = optimize.brentq(lambda m: gdp_delta(m) - delta, lo, hi, xtol=1e-12)
+    while gdp_delta(lo) >= delta and lo > 1e-300:
+        lo *= 1e-6
+    if not gdp_delta(lo) < delta:
+        return 1.0  # (an estimate only: the search moves on from any start)
+    # bisection on log mu (a root finder's own convergence errors must not reach the user: where
+    # the difference above cancels, any point of the bracket is as good a seed)
+    for _ in range(200):
+        if hi / lo <= 1.0 + 1e-12:
+            break
+        m = math.sqrt(lo * hi)
+        if gdp_delta(m) < delta:
+            lo = m
+        else:
+            hi = m
+    mu = math.sqrt(lo * hi)
     if q >= 1.0:
         return math.sqrt(steps) / mu
     # mu = q sqrt(k (e^{1/sigma^2} - 1))
@@ -238,8 +261,18 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     history: list = []
 
     def evaluate(sigma: float, h: float | None, lower_bound: bool = True):
-        acc = account(mech(sigma), steps=steps, interval=h, lower_bound=lower_bound)
-        iv = acc.epsilon(delta)
+        """Certified eps interval at sigma; :class:`_Refused` where the accountant refuses sigma as
+        too little noise (single-step loss beyond e^700): a lower end of the search, not an answer."""
+        try:
+            acc = account(mech(sigma), steps=steps, interval=h, lower_bound=lower_bound)
+            iv = acc.epsilon(delta)
+        except LossRangeError as exc:
+            raise _Refused(sigma, exc) from None
+        except V.GridTooLargeError as exc:  # (its class kept; the message names the target)
+            exc.args = (f"calibration to epsilon={V.fmt(epsilon)}, delta={V.fmt(delta)} (q={V.fmt(q)}, "
+                        f"steps={steps}) at sigma={sigma:.6g}: {exc}; a target this small is beyond the "
+                        "resolution the grid can certify (a larger epsilon or delta, or fewer steps, is)",)
+            raise
         history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
         return iv, acc.interval
 
@@ -258,21 +291,35 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
             lo_s = sig
 
     # Phase 1 -- locate the root with coarse, cheap evaluations (secant on log-log midpoints).
-    first = interval
-    small_q = False  # the optimistic side alone would force a much finer grid
-    if interval is None and q < 1.0:
-        # tiny q: the default grid resolves |ln(1-q)| for the lower bound only; when that
-        # makes it >= 2x finer than the upper bound needs, start from the upper-bound rule
-        h_u = upper_interval(mech(seed), steps)
-        if 0.5 * abs(math.log1p(-q)) < 0.5 * h_u:
-            first = h_u
-            small_q = True
-    if certify_lower is None:
-        certify_lower = not small_q
-    # upper-only evaluations while locating the root where the lower bound would be useless
-    coarse_lower = not (small_q and not certify_lower)
-    iv, h_def = evaluate(seed, first, lower_bound=coarse_lower)
-    n_eval = 1
+    n_eval = 0
+    floor = None  # the largest sigma the accountant refused (too little noise to certify)
+    user_lower = certify_lower
+    while True:  # (a seed the accountant refuses moves up 4x: a lower end, not an answer)
+        try:
+            first = interval
+            small_q = False  # the optimistic side alone would force a much finer grid
+            if interval is None and q < 1.0:
+                # tiny q: the default grid resolves |ln(1-q)| for the lower bound only; when that
+                # makes it >= 2x finer than the upper bound needs, start from the upper-bound rule
+                try:
+                    h_u = upper_interval(mech(seed), steps)
+                except LossRangeError as exc:
+                    raise _Refused(seed, exc) from None
+                if 0.5 * abs(math.log1p(-q)) < 0.5 * h_u:
+                    first = h_u
+                    small_q = True
+            certify_lower = (not small_q) if user_lower is None else user_lower
+            # upper-only evaluations while locating the root where the lower bound would be useless
+            coarse_lower = not (small_q and not certify_lower)
+            iv, h_def = evaluate(seed, first, lower_bound=coarse_lower)
+            n_eval += 1
+            break
+        except _Refused as r:
+            n_eval += 1
+            if n_eval >= max_evaluations:
+                raise CalibrationError(f"calibration to epsilon={V.fmt(epsilon)}, delta={V.fmt(delta)}: every sigma "
+                                       f"tried up to {seed:.6g} is refused ({r.exc})") from None
+            floor, seed = seed, seed * 4.0
     h = h_def if interval is not None else h_def * 2.0
     pts = [(seed, iv)]
     record(seed, iv)
@@ -292,7 +339,16 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         if abs(math.log(r / s1)) < 0.25 * tol and len(pts) > 1:
             s = r
             break
-        iv, _ = evaluate(r, h, lower_bound=coarse_lower)
+        if floor is not None and r <= floor:
+            r = min(2.0 * floor, s1) if s1 > floor else 2.0 * floor
+            if r == s1:
+                break
+        try:
+            iv, _ = evaluate(r, h, lower_bound=coarse_lower)
+        except _Refused:
+            n_eval += 1
+            floor = max(floor or 0.0, r)
+            continue
         n_eval += 1
         pts.append((r, iv))
         record(r, iv)
@@ -370,9 +426,11 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
                 if not sl < -0.05:
                     sl = -slope_abs
                 cand = math.exp(x1 + (aim - y1) / sl)
+                ref = math.exp(x1)
             elif len(fine) == 1:
                 x1, y1 = fine[-1]
                 cand = math.exp(x1 + (aim - y1) / (-slope_abs))
+                ref = math.exp(x1)
             else:
                 # from the last coarse upper bound, less the part of its excess over the
                 # truth that spacing h removes (excess ~ UPPER_EXCESS_SHARE * width ~ h^2):
@@ -385,28 +443,49 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
                     u_last -= 0.7 * UPPER_EXCESS_SHARE * w_last * max(1.0 - (h / h_last) ** 2, 0.0)
                 cand = (math.exp(math.log(pts[-1][0]) + (aim - math.log(u_last)) / (-slope_abs))
                         if math.isfinite(u_last) and u_last > 0 else r)
+                ref = pts[-1][0]
+            # (a secant step of at most a factor 4, as in the first phase: a slope measured on
+            # coarse intervals may be far too shallow)
+            cand = min(max(cand, ref / 4.0), ref * 4.0)
             if lo_s is not None:
                 cand = max(cand, lo_s * (1 + 0.25 * tol))
         else:
             if not certify_lower:
                 if fine and abs(fine[-1][1] - aim) <= 0.125 * tol * slope_abs:
                     break  # close enough to the upper curve's root
-                x1, y1 = fine[-1] if fine else (math.log(hi_s), math.log(float(hi_iv.upper)))
+                x1, y1 = fine[-1] if fine else (math.log(hi_s), math.log(max(float(hi_iv.upper), 1e-300)))
                 cand = min(math.exp(x1 + (aim - y1) / (-slope_abs)), hi_s * (1 - 1e-12))
                 if cand >= hi_s * (1 - 0.25 * tol) or (lo_s is not None and cand <= lo_s):
                     break
             else:
                 cand = hi_s / (1 + tol) * (1 + 1e-12)
                 if fine and fine[-1][1] < aim - 0.25 * tol * slope_abs:
-                    # the last point is well inside the feasible side: jump (secant) instead of crawling
+                    # the last point is well inside the feasible side: jump (secant) instead of
+                    # crawling; the slope of the last two fine points when it is usable, and at most
+                    # a factor 4 (a slope measured on coarse intervals may be far too shallow)
                     x1, y1 = fine[-1]
-                    cand = min(cand, math.exp(x1 + (aim - y1) / (-slope_abs)))
+                    sl = -slope_abs
+                    if len(fine) >= 2 and fine[-2][0] != x1:
+                        sl2 = (y1 - fine[-2][1]) / (x1 - fine[-2][0])
+                        if sl2 < -0.05:
+                            sl = sl2
+                    cand = min(cand, max(math.exp(x1 + (aim - y1) / sl), math.exp(x1) / 4.0))
                 if lo_s is not None and cand <= lo_s:
                     cand = math.sqrt(lo_s * hi_s)
                     if hi_s / lo_s <= 1.0 + tol:
                         break
+        if floor is not None and cand <= floor * (1 + 0.25 * tol):
+            # below a refused sigma: half-way (in log) to the smallest feasible one, else above it
+            if hi_s is not None and hi_s / floor <= 1.0 + tol:
+                break
+            cand = math.sqrt(floor * hi_s) if hi_s is not None else 2.0 * floor
         # without the infeasibility certificate only upper bounds steer: skip the optimistic side
-        v, _ = evaluate(cand, h, lower_bound=certify_lower)
+        try:
+            v, _ = evaluate(cand, h, lower_bound=certify_lower)
+        except _Refused:
+            n_eval += 1
+            floor = max(floor or 0.0, cand)
+            continue
         n_eval += 1
         up_v, lo_v = float(v.upper), float(v.lower)
         if math.isfinite(up_v) and up_v > 0:
@@ -439,7 +518,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
             v, _ = evaluate(hi_s, 4.0 * h)
             n_eval += 1
             lower = max(lower, float(v.lower))
-        except (ArithmeticError, MemoryError, ValueError):
+        except (ArithmeticError, MemoryError, ValueError, _Refused):
             pass
         hi_iv = Interval(min(lower, float(hi_iv.upper)), float(hi_iv.upper))
     return CalibrationResult(

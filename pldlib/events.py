@@ -121,16 +121,9 @@ class LatticeEvent(BaseEvent):
     shift: int = 1
 
     def __post_init__(self):
-        arr = np.asarray(self.pmf, dtype=float)
-        if arr.ndim != 1 or arr.size < 2 or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-12:
-            raise ValueError("pmf must be a probability vector of length >= 2")
-        if isinstance(self.shift, bool) or int(self.shift) != self.shift or self.shift < 1:
-            raise ValueError(f"shift must be an integer >= 1, got {self.shift!r}")
-        if not np.allclose(arr, arr[::-1], rtol=0, atol=1e-15):
-            # the dominating pairs of docs/MATH.md section 2 assume B_{-D} mirrors B_D
-            raise ValueError("pmf must be symmetric (pmf == pmf[::-1]) for the subsampling dominating pairs")
-        object.__setattr__(self, "pmf", tuple(float(x) for x in arr))
-        object.__setattr__(self, "shift", int(self.shift))
+        # (finite, >= 0, sums to 1, symmetric: docs/MATH.md section 2 assumes B_{-D} mirrors B_D)
+        object.__setattr__(self, "pmf", V.lattice_pmf("pmf", self.pmf))
+        object.__setattr__(self, "shift", V.whole_number("shift", self.shift))
 
 
 @dataclass(frozen=True, repr=False)

@@ -136,8 +136,14 @@ class LatticeNoise(Mechanism):
     pmf: tuple = ()
     shift: int = 1
 
+    def __post_init__(self):
+        # (validated first: a clear message naming pmf or shift, and a hashable tuple)
+        object.__setattr__(self, "pmf", V.lattice_pmf("pmf", self.pmf))
+        object.__setattr__(self, "shift", V.whole_number("shift", self.shift))
+        super().__post_init__()
+
     def base_event(self):
-        return E.LatticeEvent(tuple(self.pmf), self.shift)
+        return E.LatticeEvent(self.pmf, self.shift)
 
     @property
     def lattice_pmf(self):

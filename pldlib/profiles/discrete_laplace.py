@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import events as E
 from .base import FiniteProfile
-from .mixtures import ShiftFamily
+from .mixtures import ShiftFamily, finite_pair
 from .pairs import register
 
 
@@ -50,9 +50,7 @@ class DiscreteLaplaceNoise(ShiftFamily):
         lo, hi = min(shifts), max(shifts)
         P = sum(w * self._clamped(s, lo, hi) for s, w in p_mix.items() if w > 0)
         Q = sum(w * self._clamped(s, lo, hi) for s, w in q_mix.items() if w > 0)
-        both = (P > 0) & (Q > 0)
-        p_inf = float(P[(P > 0) & (Q == 0)].sum())
-        return FiniteProfile(np.log(P[both] / Q[both]), P[both], p_inf=p_inf)
+        return finite_pair(P, Q)  # (disjoint supports, scale -> 0: L = +inf P-surely)
 
     def remove_pair(self, q: float) -> FiniteProfile:
         return self._pair({0: 1 - q, self.D: q}, {0: 1.0})

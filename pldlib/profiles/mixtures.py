@@ -27,7 +27,7 @@ import math
 import numpy as np
 from scipy import special
 
-from .base import FiniteProfile, PrivacyProfile, _as_array
+from .base import MAX_SINGLE_LOSS, FiniteProfile, LossRangeError, PrivacyProfile, _as_array
 
 __all__ = [
     "ShiftFamily",
@@ -41,6 +41,7 @@ __all__ = [
     "poisson_substitution",
     "shift_mixture_remove",
     "finite_mixture_profile",
+    "finite_pair",
 ]
 
 
@@ -73,7 +74,17 @@ class GaussianNoise(ShiftFamily):
     continuous_loss = True
 
     def __init__(self, s: float, D: float):
-        self.s, self.D = float(s), float(D)
+        s, D = float(s), float(D)
+        if not (1e-100 <= s <= 1e100):
+            # s^2 would overflow or underflow: the pair depends on D / s only, so the same pair
+            # is described in units of s (outputs x / s; every profile value is unchanged)
+            s, D = 1.0, D / s
+        if not abs(D) / s <= 1e150:
+            # g(x) = (2 x D - D^2) / (2 s^2) reaches D^2 / (2 s^2) = inf at x = D
+            raise LossRangeError(f"single-step privacy loss reaches about (D/sigma)^2 / 2 with D/sigma = "
+                                 f"{abs(D) / s:.3g}, beyond floating point (the supported {MAX_SINGLE_LOSS:g}); "
+                                 "use more noise")
+        self.s, self.D = s, D
         self.g_min, self.g_max = -np.inf, np.inf
 
     def _tail(self, x):
@@ -121,7 +132,7 @@ class GaussianNoise(ShiftFamily):
 
     def g(self, x):
         with np.errstate(over="ignore", invalid="ignore"):
-            return (2 * _as_array(x) * self.D - self.D**2) / (2 * self.s**2)
+            return (2 * _as_array(x) * self.D - np.float64(self.D) ** 2) / (2 * np.float64(self.s) ** 2)
 
     def g_inv(self, t, overwrite_t: bool = False):
         """x with g(x) = t (``overwrite_t``: in t's own array, when t is a float64 array)."""
@@ -759,14 +770,32 @@ def finite_mixture_profile(pmf: np.ndarray, p_mix: dict, q_mix: dict) -> FiniteP
     where Q has no mass become the +inf atom of L.
     """
     pmf = np.asarray(pmf, dtype=float)
-    shifts = list(p_mix) + list(q_mix)
-    lo, hi = min(shifts), max(shifts) + pmf.size
-    P = np.zeros(hi - lo)
-    Q = np.zeros(hi - lo)
+    m = pmf.size
+    # copies whose shifts differ by >= m do not overlap, so a gap wider than m between
+    # consecutive distinct shifts is shortened to m: the same pair (outputs relabelled),
+    # on at most (number of shifts + 1) m outputs however large the shift is
+    at, pos = {}, 0
+    ordered = sorted({int(c) for c in list(p_mix) + list(q_mix)})
+    for i, c in enumerate(ordered):
+        pos = 0 if i == 0 else pos + min(c - ordered[i - 1], m)
+        at[c] = pos
+    P = np.zeros(pos + m)
+    Q = np.zeros(pos + m)
     for c, w in p_mix.items():
-        P[c - lo : c - lo + pmf.size] += w * pmf
+        P[at[int(c)] : at[int(c)] + m] += w * pmf
     for c, w in q_mix.items():
-        Q[c - lo : c - lo + pmf.size] += w * pmf
+        Q[at[int(c)] : at[int(c)] + m] += w * pmf
+    return finite_pair(P, Q)
+
+
+def finite_pair(P: np.ndarray, Q: np.ndarray) -> FiniteProfile:
+    """The exact profile of two pmfs on the same finite outputs: L = ln(P/Q) where both are
+    positive, and the +inf atom P(Q = 0).  With disjoint supports L = +inf P-surely and
+    delta(eps) = 1 for every eps: one atom of mass 0 keeps the profile's arrays non-empty
+    and changes no value."""
+    P, Q = np.asarray(P, dtype=float), np.asarray(Q, dtype=float)
     both = (P > 0) & (Q > 0)
     p_inf = float(P[(P > 0) & (Q == 0)].sum())
+    if not both.any():
+        return FiniteProfile([0.0], [0.0], p_inf=1.0)
     return FiniteProfile(np.log(P[both] / Q[both]), P[both], p_inf=p_inf)
