@@ -1,4 +1,5 @@
-"""Command-line interface: ``pldlib epsilon ...``, ``pldlib delta ...``, ``pldlib tradeoff ...``.
+"""Command-line interface: ``pldlib epsilon ...``, ``pldlib delta ...``, ``pldlib tradeoff ...``,
+``pldlib calibrate ...``.
 
 Examples
 --------
@@ -10,17 +11,32 @@ Examples
 With ``--json`` exactly one JSON object is printed on stdout (strictly valid
 JSON: non-finite numbers are written as ``null`` and explained in ``"note"``)::
 
-    {"epsilon": [{"delta": d, "lower": x, "upper": y}, ...],
-     "method": "pld", "seconds": t, "params": {...}}
+    {"epsilon": [{"delta": d, "lower": x, "upper": y, "trivial": false}, ...],
+     "method": "pld", "seconds": t, "params": {...},
+     "notes": [...], "trivial": false, "accuracy_limited": false}
 
 ``seconds`` is the wall time of the accounting itself (building the accountant
 and answering the query), not of interpreter start-up or imports.
 
-Exit status: 0 success; 2 bad or unsupported input (one line on stderr naming
+Nothing is silent: an answer that is *accuracy-limited* (the automatic grid was
+coarsened to fit the memory or time budget: still certified, only wider),
+*trivial* (the certified interval is no better than the bounds every
+mechanism satisfies, so it says nothing: epsilon in [ln(1 - delta), inf] or
+[-inf, inf], delta in [max(0, 1 - e^eps), 1], beta(alpha) in [0, 1 - alpha],
+advantage in [0, 1], Gaussian-DP mu in [0, inf]) or computed on a too coarse
+explicit ``--interval`` gets one line on stderr (``pldlib: note: ...``; the
+coarse ``--interval`` line is a ``pldlib: warning: ...``) and, with ``--json``,
+an entry in ``"notes"`` plus the flags ``"trivial"`` (also per row) and
+``"accuracy_limited"``.  The library's own warnings are recorded, not printed:
+they come back as these notes.
+
+Exit status: 0 success; 4 the answer is printed but at least one interval is
+trivial (see above); 2 bad or unsupported input (one line on stderr naming
 the argument); 3 the answer is beyond what can be certified at this accuracy
 or the grid would be too large (:class:`pldlib.PrecisionLimitError`,
-:class:`pldlib.GridTooLargeError`, single-step losses too large); 1 an
-unexpected internal error (one line; set ``PLDLIB_DEBUG=1`` for a traceback).
+:class:`pldlib.GridTooLargeError`, single-step losses too large; nothing on
+stdout); 1 an unexpected internal error (one line; rerun with ``--debug`` or
+set ``PLDLIB_DEBUG=1`` for the traceback).
 """
 from __future__ import annotations
 
@@ -30,8 +46,11 @@ import math
 import os
 import re
 import sys
+import sysconfig
 import time
+import traceback
 import warnings
+from contextlib import ExitStack, contextmanager
 from typing import Callable
 
 import numpy as np
@@ -42,15 +61,27 @@ from .methods.base import Estimate
 from .calibrate import CalibrationError
 from ._validate import GridTooLargeError
 from .pld.compose import DEFAULT_MAX_BINS
+from .pld.accountant import AccuracyLimitedWarning
 from .mechanisms import Gaussian, Laplace, Mechanism
 
-__all__ = ["main", "build_parser", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT"]
+__all__ = ["main", "build_parser", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT", "EXIT_TRIVIAL"]
 
 PROG = "pldlib"
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_LIMIT = 3
+#: an answer was printed, but at least one of its intervals is trivial (certifies nothing)
+EXIT_TRIVIAL = 4
+
+EPILOG = ("Exit status: 0 ok; 4 answer printed, but at least one interval is trivial (no better than what "
+          "every mechanism satisfies, so it certifies nothing: epsilon [ln(1 - delta), inf], delta "
+          "[max(0, 1 - e^eps), 1], beta [0, 1 - alpha], advantage [0, 1], mu [0, inf]); "
+          "2 bad or unsupported input; 3 precision or grid-size limit (no answer); 1 internal error "
+          "(rerun with --debug). Answers that are trivial, accuracy-limited (automatic grid coarsened "
+          "to fit the memory or time budget) or on a too coarse --interval get a 'pldlib: note:' "
+          "(or 'warning:') line on stderr and, with --json, the fields \"notes\", \"trivial\" and "
+          "\"accuracy_limited\".")
 
 from ._validate import RELATIONS
 from .methods import accountant_class, method_info, method_names
@@ -229,6 +260,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     a.add_argument("--max-bins", type=_max_bins, default=None,
                    help=f"pld / prv: cap on the FFT length (memory guard; default {DEFAULT_MAX_BINS})")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    _add_debug(p)
+
+
+def _add_debug(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    # (SUPPRESS on the subcommands: their default must not overwrite a --debug given before them)
+    p.add_argument("--debug", action="store_true", default=default,
+                   help="on an internal error, show the full traceback (as PLDLIB_DEBUG=1 does)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,18 +274,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Certified differential-privacy accounting: each answer is an interval "
                     "[lower, upper] that contains the exact value.",
-        epilog="Exit status: 0 ok, 2 bad or unsupported input, 3 precision or grid-size limit, "
-               "1 internal error.",
+        epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _add_debug(parser, default=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    pe = sub.add_parser("epsilon", help="epsilon(delta) intervals",
+    pe = sub.add_parser("epsilon", help="epsilon(delta) intervals", epilog=EPILOG,
                         description="Certified interval for epsilon at each given delta.")
     _add_common(pe)
     pe.add_argument("--delta", type=_delta, nargs="+", required=True, metavar="D",
                     help="target delta(s), each in (0, 1)")
-    pd = sub.add_parser("delta", help="delta(epsilon) intervals",
+    pd = sub.add_parser("delta", help="delta(epsilon) intervals", epilog=EPILOG,
                         description="Certified interval for delta at each given epsilon.")
     _add_common(pd)
     pd.add_argument("--epsilon", type=_epsilon, nargs="+", required=True, metavar="E",
@@ -266,7 +304,7 @@ def _alpha(text: str) -> float:
 
 
 def _add_tradeoff(sub) -> None:
-    pt = sub.add_parser("tradeoff", help="trade-off curve beta(alpha) intervals (attack bounds)",
+    pt = sub.add_parser("tradeoff", help="trade-off curve beta(alpha) intervals (attack bounds)", epilog=EPILOG,
                         description="Certified interval for the trade-off function beta(alpha): the least "
                                     "type II error (1 - TPR) of any membership test at type I error "
                                     "(FPR) alpha, over both directions of the relation; plus the "
@@ -278,8 +316,7 @@ def _add_tradeoff(sub) -> None:
 
 def _run_tradeoff(args) -> int:
     _, make = MECHANISMS[args.mechanism]
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
+    with _quiet() as caught:
         t0 = time.perf_counter()
         mech = make(args)
         acc = make_method_accountant(args.method, mech.relation, args).compose(mech.event, args.steps)
@@ -290,16 +327,35 @@ def _run_tradeoff(args) -> int:
         mu = acc.gdp_mu()
         seconds = time.perf_counter() - t0
     lo, up = np.atleast_1d(iv.lower), np.atleast_1d(iv.upper)
+    # trivial: beta in [0, 1 - alpha] (no test ruled out, none shown; alpha = 1 is exact: beta(1) = 0),
+    # advantage in [0, 1], mu in [0, inf]
+    triv = (lo <= 0.0) & (up >= (1.0 - a) * (1.0 - 1e-12)) & (a < 1.0)
+    adv_triv = bool(adv.lower <= 0.0 and adv.upper >= 1.0)
+    mu_triv = bool(mu.lower <= 0.0 and mu.upper == math.inf)
+    notes = _Notes()
+    notes.limited(caught, acc)
+    notes.flag_trivial(triv, "beta in [0, 1 - alpha] (max TPR in [alpha, 1])", "alpha", a)
+    if adv_triv:
+        notes.trivial = True
+        notes.add(f"trivial answer: the certified advantage interval is [0, 1]: it certifies nothing "
+                  f"(exit status {EXIT_TRIVIAL})")
+    if mu_triv:
+        notes.trivial = True
+        notes.add(f"trivial answer: the certified Gaussian-DP mu interval is [0, inf]: it certifies nothing "
+                  f"(exit status {EXIT_TRIVIAL})")
     if args.json:
         rows = [{"alpha": float(x), "lower": _num(l), "upper": _num(u), "tpr_lower": _num(tl),
-                 "tpr_upper": _num(tu)} for x, l, u, tl, tu in zip(a, lo, up, np.atleast_1d(tpr.lower),
-                                                                   np.atleast_1d(tpr.upper))]
-        out = {"tradeoff": rows, "advantage": {"lower": _num(adv.lower), "upper": _num(adv.upper)},
-               "gdp_mu": {"lower": _num(mu.lower), "upper": _num(mu.upper), "alpha_min": 1e-12},
+                 "tpr_upper": _num(tu), "trivial": bool(t)}
+                for x, l, u, tl, tu, t in zip(a, lo, up, np.atleast_1d(tpr.lower), np.atleast_1d(tpr.upper), triv)]
+        out = {"tradeoff": rows,
+               "advantage": {"lower": _num(adv.lower), "upper": _num(adv.upper), "trivial": adv_triv},
+               "gdp_mu": {"lower": _num(mu.lower), "upper": _num(mu.upper), "alpha_min": 1e-12,
+                          "trivial": mu_triv},
                "method": args.method, "seconds": seconds, "params": _params(args, acc)}
         if not (math.isfinite(mu.lower) and math.isfinite(mu.upper)):
             out["note"] = ("null marks +infinity: a null gdp_mu upper means no mu is certified; null lower "
                            "and upper mean the curve is certified to satisfy no mu")
+        out.update(notes.fields())
         print(json.dumps(out, allow_nan=False))
     else:
         p = _params(args, acc)
@@ -312,12 +368,12 @@ def _run_tradeoff(args) -> int:
         lines.append(f"advantage in [{_fmt(adv.lower)}, {_fmt(adv.upper)}];  Gaussian-DP mu in "
                      f"[{_fmt(mu.lower)}, {_fmt(mu.upper)}] (alpha >= 1e-12)")
         print("\n".join(lines))
-    return EXIT_OK
+    return notes.emit()
 
 
 def _add_calibrate(sub) -> None:
     pc = sub.add_parser(
-        "calibrate", help="smallest certified Gaussian noise multiplier for a target",
+        "calibrate", help="smallest certified Gaussian noise multiplier for a target", epilog=EPILOG,
         description="Smallest Gaussian noise multiplier sigma whose certified (PLD upper bound) "
                     "eps(delta) is <= the target epsilon, to a relative tolerance in sigma.")
     pc.add_argument("--epsilon", type=_positive_finite, required=True, metavar="E",
@@ -338,6 +394,7 @@ def _add_calibrate(sub) -> None:
                          "(default: the curated atlas shipped under results/atlas/, if present)")
     pc.add_argument("--no-table", action="store_true", help="do not seed from the atlas")
     pc.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    _add_debug(pc)
 
 
 def _run_calibrate(args) -> int:
@@ -363,15 +420,23 @@ def _run_calibrate(args) -> int:
         path = args.table if args.table is not None else default_atlas_path()
         if path is not None:
             try:
-                table = open_atlas(path)  # (.npz, numpy only)
+                with _quiet():
+                    table = open_atlas(path)  # (.npz, numpy only)
             except (OSError, ValueError, KeyError) as e:
                 if args.table is not None:  # asked for explicitly: a bad path is bad input
-                    raise UsageError(f"argument --table: cannot read {args.table!r}: {e}") from None
+                    why = (e.strerror or "cannot open it") if isinstance(e, OSError) and not isinstance(
+                        e, FileNotFoundError) else ("no such file" if isinstance(e, FileNotFoundError) else
+                                                    str(e) if _deliberate(e) else "not a pldlib atlas (.npz)")
+                    raise UsageError(f"argument --table: cannot read {args.table!r}: {why}") from None
     table_seconds = time.perf_counter() - t0
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
+    with _quiet() as caught:
         res = calibrate(args.epsilon, args.delta, args.q, args.steps, sampling=args.sampling,
                         relation=args.relation, tol=args.tol, table=table, group=args.group)
+    notes = _Notes()  # (a calibrated sigma is never trivial: it is certified to meet the target)
+    notes.limited(caught)
+    if res.sigma_lower is None:
+        notes.add(f"the search certified no sigma below {res.sigma:.8g} as too small: sigma is certified to "
+                  f"meet the target, but not to be within --tol {args.tol:g} of the smallest that does")
     params = {"epsilon": args.epsilon, "delta": args.delta, "q": args.q, "steps": args.steps,
               "sampling": args.sampling, "relation": args.relation, "tol": args.tol,
               **({"group": args.group} if args.group > 1 else {}),
@@ -382,7 +447,7 @@ def _run_calibrate(args) -> int:
     if args.json:
         out = {"sigma": res.sigma,
                "epsilon": {"lower": _num(res.epsilon.lower), "upper": _num(res.epsilon.upper)},
-               "sigma_lower": res.sigma_lower, "seconds": seconds, "params": params}
+               "sigma_lower": res.sigma_lower, "seconds": seconds, "params": params, **notes.fields()}
         print(json.dumps(out, allow_nan=False))
     else:
         lines = [f"calibrate  target eps={args.epsilon:g} delta={args.delta:g}  q={args.q:g} "
@@ -396,7 +461,7 @@ def _run_calibrate(args) -> int:
             lines.append(f"sigma = {res.sigma_lower:.8g} is certified NOT to meet the target: the "
                          f"smallest feasible sigma lies in ({res.sigma_lower:.8g}, {res.sigma:.8g}]")
         print("\n".join(lines))
-    return EXIT_OK
+    return notes.emit()
 
 
 def _resolve(args) -> None:
@@ -432,14 +497,117 @@ def _params(args, accountant) -> dict:
 
 
 # ---------------------------------------------------------------------------
+# notes: nothing lost, nothing silent
+# ---------------------------------------------------------------------------
+@contextmanager
+def _quiet():
+    """Run library calls with numpy's floating-point warnings off and Python warnings
+    recorded, not printed; yields the list of recorded warnings (read by :class:`_Notes`)."""
+    with ExitStack() as stack:
+        caught = stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")
+        stack.enter_context(np.errstate(all="ignore"))
+        yield caught
+
+
+def _values(xs, limit: int = 4) -> str:
+    xs = [f"{float(x):g}" for x in xs]
+    return ", ".join(xs[:limit]) + (f" (and {len(xs) - limit} more)" if len(xs) > limit else "")
+
+
+class _Notes:
+    """What the answer's reader must know besides its numbers: each note is one line on
+    stderr and an entry of the JSON ``"notes"``; ``trivial`` decides the exit status."""
+
+    def __init__(self):
+        self.lines: list[tuple[str, str]] = []  # (kind "note" / "warning", text)
+        self.trivial = False
+        self.accuracy_limited = False
+
+    def add(self, text: str, kind: str = "note") -> None:
+        text = " ".join(str(text).split())
+        if all(t != text for _, t in self.lines):
+            self.lines.append((kind, text))
+
+    def limited(self, caught, acc=None) -> None:
+        """Accuracy-limited answers: the library's AccuracyLimitedWarning(s), or its flag."""
+        msgs = [str(w.message) for w in caught if issubclass(w.category, AccuracyLimitedWarning)]
+        for m in msgs:
+            self.add("accuracy-limited: " + m.removeprefix(f"{PROG}: "))
+        if msgs or getattr(acc, "accuracy_limited", False):
+            self.accuracy_limited = True
+            if not msgs:
+                self.add("accuracy-limited: the automatic grid was coarsened to fit the memory or time "
+                         "budget; the intervals are certified but wider than the automatic rule aims at")
+
+    def flag_trivial(self, mask, what: str, at: str, values) -> None:
+        """Note the answers (``mask``) whose certified interval is the trivial one ``what``."""
+        mask = np.asarray(mask, dtype=bool)
+        if mask.any():
+            self.trivial = True
+            self.add(f"trivial answer at {at} {_values(np.asarray(values, dtype=float)[mask])}: the certified "
+                     f"interval is no better than {what}, which every mechanism satisfies: it certifies "
+                     f"nothing (exit status {EXIT_TRIVIAL})")
+
+    def fields(self) -> dict:
+        return {"notes": [t for _, t in self.lines], "trivial": bool(self.trivial),
+                "accuracy_limited": bool(self.accuracy_limited)}
+
+    def emit(self) -> int:
+        """Print the notes on stderr; returns the exit status of a printed answer."""
+        for kind, text in self.lines:
+            print(f"{PROG}: {kind}: {text}", file=sys.stderr)
+        return EXIT_TRIVIAL if self.trivial else EXIT_OK
+
+
+def _trivial_rows(command: str, values, lo, hi) -> np.ndarray:
+    """Answers whose certified interval is no better than the bounds every pair satisfies
+    (delta(eps) >= 1 - e^eps, from the event "everything"): epsilon in [ln(1 - delta), inf],
+    delta in [max(0, 1 - e^eps), 1].  A lower end the method does not offer (NaN) counts as
+    trivial; the lower end may sit a relative 1e-9 above the universal bound (round-off)."""
+    x = np.asarray(values, dtype=float)
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    if command == "epsilon":
+        floor = np.log1p(-x)
+        return (hi == np.inf) & ~(lo > floor + 1e-9 * np.abs(floor))
+    floor = np.maximum(-np.expm1(np.minimum(x, 0.0)), 0.0)
+    return (hi >= 1.0) & ~(lo > floor + 1e-9 * floor)
+
+
+def _answer_notes(args, values, lo, hi, acc, caught) -> _Notes:
+    """Notes on an epsilon / delta answer."""
+    notes = _Notes()
+    notes.limited(caught, acc)
+    arg, what = (("delta", "[ln(1 - delta), inf]") if args.command == "epsilon" else
+                 ("epsilon", "[max(0, 1 - e^epsilon), 1]"))
+    triv = _trivial_rows(args.command, values, lo, hi)
+    notes.flag_trivial(triv, f"{args.command} in {what}", arg, values)
+    if args.command == "epsilon":
+        open_top = (hi == np.inf) & (lo < np.inf) & ~triv
+        if open_top.any():
+            notes.add(f"no finite upper bound on epsilon is certified at delta "
+                      f"{_values(np.asarray(values)[open_top])} (only the lower bound)")
+    est = getattr(acc, "_cli_estimate", None)
+    if est is not None and method_info(args.method).kind != "estimate":
+        gone = np.isnan(est) & np.isfinite(lo) & np.isfinite(hi)
+        if gone.any():
+            notes.add(f"no {args.method} estimate at {arg} {_values(np.asarray(values)[gone])} "
+                      "(outside the range where it is defined); the certified bounds stand")
+    coarse = _coarse(args, values, lo, hi)
+    if coarse:
+        notes.add(coarse, kind="warning")
+    return notes
+
+
+# ---------------------------------------------------------------------------
 # running and output
 # ---------------------------------------------------------------------------
 def _run(args):
-    """Build the mechanism and accountant, answer the query; returns (values, lo, hi, seconds, acc)."""
+    """Build the mechanism and accountant, answer the query; returns (values, lo, hi, seconds, acc,
+    notes)."""
     _, make = MECHANISMS[args.mechanism]
     values = args.delta if args.command == "epsilon" else args.epsilon
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
+    with _quiet() as caught:
         t0 = time.perf_counter()
         mech = make(args)
         acc = make_method_accountant(args.method, mech.relation, args).compose(mech.event, args.steps)
@@ -450,7 +618,7 @@ def _run(args):
     hi = np.atleast_1d(np.asarray(iv.upper, dtype=float))
     acc._cli_estimate = (np.atleast_1d(np.asarray(iv.estimate, dtype=float))
                          if isinstance(iv, Estimate) else None)
-    return values, lo, hi, seconds, acc
+    return values, lo, hi, seconds, acc, _answer_notes(args, values, lo, hi, acc, caught)
 
 
 def _num(x: float):
@@ -458,9 +626,11 @@ def _num(x: float):
     return x if math.isfinite(x) else None
 
 
-def _json_output(args, values, lo, hi, seconds, acc) -> str:
+def _json_output(args, values, lo, hi, seconds, acc, notes: _Notes) -> str:
     key, arg = ("epsilon", "delta") if args.command == "epsilon" else ("delta", "epsilon")
-    rows = [{arg: float(v), "lower": _num(l), "upper": _num(u)} for v, l, u in zip(values, lo, hi)]
+    triv = _trivial_rows(args.command, values, lo, hi)
+    rows = [{arg: float(v), "lower": _num(l), "upper": _num(u), "trivial": bool(t)}
+            for v, l, u, t in zip(values, lo, hi, triv)]
     est = getattr(acc, "_cli_estimate", None)
     if est is not None:  # an approximation, labelled as such
         for row, e in zip(rows, est):
@@ -471,6 +641,7 @@ def _json_output(args, values, lo, hi, seconds, acc) -> str:
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         out["note"] = ("null marks a non-finite bound: a null lower is -infinity (no non-trivial "
                        "lower bound), a null upper is +infinity (no finite bound)")
+    out.update(notes.fields())
     return json.dumps(out, allow_nan=False)
 
 
@@ -524,45 +695,103 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(e), EXIT_USAGE)
     except SystemExit as e:  # --help / --version
         return int(e.code or 0) if not isinstance(e.code, str) else _fail(e.code, EXIT_USAGE)
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("PLDLIB_DEBUG", "") not in ("", "0")
     try:
         if args.command == "calibrate":
             return _run_calibrate(args)
         if args.command == "tradeoff":
             return _run_tradeoff(args)
-        values, lo, hi, seconds, acc = _run(args)
-    except UsageError as e:
-        return _fail(str(e), EXIT_USAGE)
-    except (PrecisionLimitError, CalibrationError, GridTooLargeError, OverflowError, MemoryError) as e:
-        return _fail(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, EXIT_LIMIT)
-    except (ValueError, TypeError, NotImplementedError) as e:
-        return _fail(str(e) or type(e).__name__, EXIT_USAGE)
+        values, lo, hi, seconds, acc, notes = _run(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as e:  # one line instead of a traceback
-        if os.environ.get("PLDLIB_DEBUG"):
+        if debug:
             raise
-        return _fail(f"internal error: {type(e).__name__}: {e} (set PLDLIB_DEBUG=1 for a traceback)",
-                     EXIT_INTERNAL)
-    if args.json:
-        print(_json_output(args, values, lo, hi, seconds, acc))
-    else:
-        print(_table_output(args, values, lo, hi, seconds, acc))
-    _warn_coarse(args, values, lo, hi)
-    return EXIT_OK
+        message, code = _error_line(e)
+        return _fail(message, code)
+    # the whole answer is built before anything is printed (no partial output)
+    text = (_json_output(args, values, lo, hi, seconds, acc, notes) if args.json
+            else _table_output(args, values, lo, hi, seconds, acc))
+    print(text)
+    return notes.emit()
 
 
-def _warn_coarse(args, values, lo, hi) -> None:
-    """One warning line on stderr when an explicit --interval left an interval wider than half
-    its upper end: still certified, but too coarse to mean much."""
+#: packages whose own exception text is not for users (raised inside them = an internal error)
+_FOREIGN = ("numpy", "scipy")
+
+
+def _frames(e: BaseException):
+    return traceback.extract_tb(e.__traceback__) if e.__traceback__ is not None else []
+
+
+def _foreign(filename: str) -> bool:
+    """A file of numpy / scipy, another installed package or the standard library."""
+    parts = os.path.normpath(filename).split(os.sep)
+    if "pldlib" in parts:
+        return False
+    return (any(p in _FOREIGN for p in parts) or "site-packages" in parts
+            or os.path.abspath(filename).startswith(sysconfig.get_paths()["stdlib"] + os.sep))
+
+
+def _deliberate(e: BaseException) -> bool:
+    """Whether ``e`` was raised by a ``raise`` statement of our own (a documented error with a
+    message written for users), not by numpy / scipy or a built-in operation (raw text)."""
+    frames = _frames(e)
+    if not frames:
+        return bool(str(e))
+    last = frames[-1]
+    return not _foreign(last.filename) and (last.line or "").lstrip().startswith("raise")
+
+
+def _where(e: BaseException) -> str:
+    """Where ``e`` arose: the innermost pldlib line (and the foreign package beneath it)."""
+    frames = _frames(e)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    own = [f for f in frames if not _foreign(f.filename)]
+    where = ""
+    if own:
+        f = own[-1]
+        path = os.path.relpath(f.filename, root) if f.filename.startswith(root) else os.path.basename(f.filename)
+        where = f" at {path}:{f.lineno}"
+    if frames and _foreign(frames[-1].filename):
+        pkg = next((p for p in os.path.normpath(frames[-1].filename).split(os.sep) if p in _FOREIGN), "a library")
+        where += f" (raised inside {pkg})"
+    return where
+
+
+def _error_line(e: Exception) -> tuple[str, int]:
+    """(one-line message, exit status) of an exception: documented errors keep their message;
+    anything else is an internal error named by type and place, without raw library text."""
+    name = type(e).__name__
+    if isinstance(e, UsageError):
+        return str(e), EXIT_USAGE
+    if isinstance(e, (PrecisionLimitError, CalibrationError, GridTooLargeError)):
+        return (f"{name}: {e}" if str(e) else name), EXIT_LIMIT
+    if isinstance(e, (OverflowError, MemoryError)):
+        if _deliberate(e) and str(e):
+            return f"{name}: {e}", EXIT_LIMIT
+        what = ("the computation overflowed double precision" if isinstance(e, OverflowError)
+                else "the computation ran out of memory")
+        return (f"{name}{_where(e)}: {what}; these inputs are beyond what can be computed here "
+                "(try more noise, fewer steps or a coarser --interval)"), EXIT_LIMIT
+    if isinstance(e, (ValueError, TypeError, NotImplementedError)) and _deliberate(e):
+        return (str(e) or name), EXIT_USAGE
+    return (f"internal error: {name}{_where(e)}; rerun with --debug (or PLDLIB_DEBUG=1) for the traceback "
+            "and please report it"), EXIT_INTERNAL
+
+
+def _coarse(args, values, lo, hi) -> str | None:
+    """The warning when an explicit --interval left an interval wider than half its upper end:
+    still certified, but too coarse to mean much (None otherwise)."""
     if getattr(args, "interval", None) is None:
-        return
+        return None
     for v, l, u in zip(values, lo, hi):
         if math.isfinite(u) and u > 0 and (u - max(l, 0.0)) > 0.5 * u:
             arg = "delta" if args.command == "epsilon" else "epsilon"
-            print(f"{PROG}: warning: --interval {args.interval:g} is too coarse here: at {arg} {v:g} the certified "
-                  f"interval [{l:.4g}, {u:.4g}] is wider than half its upper end; use a smaller --interval or "
-                  "omit it (automatic)", file=sys.stderr)
-            return
+            return (f"--interval {args.interval:g} is too coarse here: at {arg} {v:g} the certified "
+                    f"interval [{l:.4g}, {u:.4g}] is wider than half its upper end; use a smaller --interval or "
+                    "omit it (automatic)")
+    return None
 
 
 if __name__ == "__main__":

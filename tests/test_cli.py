@@ -67,14 +67,16 @@ def test_epsilon_json_structure_and_values(capsys):
     assert code == 0 and err == ""
     assert out.count("\n") == 1  # exactly one line: one JSON object
     obj = json_strict(out)
-    assert set(obj) == {"epsilon", "method", "seconds", "params"}
+    # (issue 40: every answer says whether it is trivial or accuracy-limited, with its notes)
+    assert set(obj) == {"epsilon", "method", "seconds", "params", "notes", "trivial", "accuracy_limited"}
+    assert obj["notes"] == [] and obj["trivial"] is False and obj["accuracy_limited"] is False
     assert obj["method"] == "pld"
     assert isinstance(obj["seconds"], float) and 0 < obj["seconds"] < 60
     p = obj["params"]
     assert p["mechanism"] == "gaussian" and p["sigma"] == 2.0 and p["steps"] == 50
     assert p["q"] == 1.0 and p["sampling"] == "none" and p["relation"] == "add_remove"
     assert p["sensitivity"] == 1.0 and p["interval"] > 0
-    assert [set(r) for r in obj["epsilon"]] == [{"delta", "lower", "upper"}] * 3
+    assert [set(r) for r in obj["epsilon"]] == [{"delta", "lower", "upper", "trivial"}] * 3
     mu = math.sqrt(50) / 2.0
     for r, d in zip(obj["epsilon"], deltas):
         assert r["delta"] == d
@@ -88,8 +90,8 @@ def test_delta_json_structure_and_values(capsys):
     code, out, err = run_main(["delta", *GAUSS, "--epsilon", *map(str, eps), "--json"], capsys)
     assert code == 0 and err == ""
     obj = json_strict(out)
-    assert set(obj) == {"delta", "method", "seconds", "params"}
-    assert [set(r) for r in obj["delta"]] == [{"epsilon", "lower", "upper"}] * 3
+    assert set(obj) == {"delta", "method", "seconds", "params", "notes", "trivial", "accuracy_limited"}
+    assert [set(r) for r in obj["delta"]] == [{"epsilon", "lower", "upper", "trivial"}] * 3
     mu = math.sqrt(50) / 2.0
     for r, e in zip(obj["delta"], eps):
         assert r["epsilon"] == e
@@ -191,11 +193,12 @@ def fake_method(monkeypatch):
 
 def test_nonfinite_values_are_null_with_note(capsys, fake_method):
     fake_method()
-    code, out, _ = run_main(["epsilon", *GAUSS, "--delta", "1e-5", "--method", "fake", "--json"], capsys)
-    assert code == 0
+    code, out, err = run_main(["epsilon", *GAUSS, "--delta", "1e-5", "--method", "fake", "--json"], capsys)
+    assert code == cli.EXIT_TRIVIAL == 4  # (issue 40: [-inf, inf] is the trivial interval: its own status)
     obj = json_strict(out)
-    assert obj["epsilon"] == [{"delta": 1e-5, "lower": None, "upper": None}]
+    assert obj["epsilon"] == [{"delta": 1e-5, "lower": None, "upper": None, "trivial": True}]
     assert obj["method"] == "fake" and "null" in obj["note"]
+    assert obj["trivial"] is True and "trivial answer" in obj["notes"][0] and "trivial answer" in err
 
 
 def test_q_below_one_defaults_to_poisson(capsys, fake_method):

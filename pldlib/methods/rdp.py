@@ -94,7 +94,8 @@ class GaussianFormulaAccountant(Accountant):
         try:
             gaussian_params(step, self.method)
         except UnsupportedEventError as e:
-            return str(e)
+            # the reason only: compose() prefixes the method name itself (no "rdp: rdp:")
+            return str(e).removeprefix(f"{self.method}: ")
         return None
 
     def epsilon_per_steps(self, event, steps, deltas):
