@@ -44,13 +44,17 @@ Certified bounds (``lower``/``upper`` of every result)
   bounds are widened by a relative 1e-6 in delta (``SAFETY``) to cover that
   and floating point.  The bound holds for *every* t, so it is evaluated at
   exact grid nodes t_j near the saddle point (no interpolation enters a
-  certified number) and the best node is kept.
+  certified number) and the best node is kept.  A node where the tilted law is
+  numerically degenerate (a lattice or bounded loss at a large tilt: all but
+  e^-700 of the tilted mass on the top atom, so the tilted variance or rho is
+  0 or below 1e-250 without relative accuracy) certifies nothing there.
 * **Chernoff / improved moments accountant** (an upper bound needing no
   CLT): delta(eps) <= e^{K_Y(t) - t eps} g_max(t) for every t > 0 (since
   psi_t <= g_max); minimised over all grid nodes.  It keeps the upper bound
   honest when Berry-Esseen is useless (few steps).
 * Trivial bounds: 1 - e^eps <= delta(eps) <= 1, delta(eps) = 0 for
-  eps >= k * ess sup L (bounded losses: the add direction, Laplace), and
+  eps >= k * ess sup L (bounded losses: the add direction, Laplace; k * ess sup L
+  is rounded up to the next double, :func:`~pldlib.methods.cgf.sum_up`), and
   delta >= P(Y = +inf).  When Berry-Esseen cannot certify a lower bound (its
   error exceeds the SP-CLT value, typically for few steps or strongly
   skewed tilted steps) the lower end falls back to these trivial bounds: the
@@ -99,7 +103,7 @@ from scipy import special
 from .. import _validate as V
 from .._validate import PrecisionLimitError
 from .base import Accountant, Estimate, branch_labels, components_of
-from .cgf import ComposedCGF, mechanism_cgfs
+from .cgf import ComposedCGF, mechanism_cgfs, mul_up
 
 __all__ = [
     "account_spa",
@@ -131,6 +135,8 @@ _METHODS = ("msd0", "msd1", "clt")
 #: offsets (in sd of the composed tilted loss) around a node's saddle eps, scanned for a lower bound
 _LOWER_CANDIDATES = np.array([2.5, 1.5, 1, 0.6, 0.35, 0.2, 0.1, 0.0, -0.2, -0.6, -1.5], dtype=float)
 _LOG_2PI = math.log(2 * math.pi)
+#: tilted variances / third absolute moments below this are treated as degenerate (no relative accuracy)
+_TINY_MOMENT = 1e-250
 _SQRT2 = math.sqrt(2.0)
 
 
@@ -152,13 +158,17 @@ def _log_gauss_tilt(m, v, a, sd=None):
     m, v, a = np.broadcast_arrays(np.asarray(m, float), np.asarray(v, float), np.asarray(a, float))
     if sd is None:
         sd = np.sqrt(v)
-    x = (a * v - m) / sd
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = (a * v - m) / sd
         out = np.log(0.5 * special.erfcx(np.maximum(x, 0.0) * (1.0 / _SQRT2))) - m * m / (2 * v)
         neg = x < 0
         if neg.any():
             mn, vn, an = m[neg], v[neg], a[neg]
             out[neg] = -an * mn + 0.5 * an * an * vn + special.log_ndtr(-x[neg])
+        # v = 0 (a degenerate tilted law): W = m, E = e^{-a m} 1{m > 0}
+        deg = ~(v > 0)
+        if deg.any():
+            out = np.where(deg, np.where(m > 0, -a * m, -np.inf), out)
     return out
 
 
@@ -168,7 +178,8 @@ def _log_ew(m, v, t):
     a1 = _log_gauss_tilt(m, v, t, sd)
     a2 = _log_gauss_tilt(m, v, t + 1.0, sd)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return a1 + np.log(-np.expm1(np.minimum(a2 - a1, 0.0)))
+        out = a1 + np.log(-np.expm1(np.minimum(a2 - a1, 0.0)))
+    return np.where(a1 == -np.inf, -np.inf, out)  # P(W > 0) = 0 (degenerate W <= 0)
 
 
 def sp_log_delta(method: str, K, K1, K2, K3, K4, t, eps):
@@ -386,7 +397,7 @@ class SPAAccountant(Accountant):
         def scale(tab):
             cum = np.array([tab.K, tab.K1, tab.K2, tab.K3, tab.K4, tab.rho, tab.K5])
             log_fin = k * tab.log_fin
-            return _Table(tab.t, k * cum, -math.expm1(log_fin) if tab.p_inf > 0 else 0.0, k * tab.loss_sup,
+            return _Table(tab.t, k * cum, -math.expm1(log_fin) if tab.p_inf > 0 else 0.0, mul_up(k, tab.loss_sup),
                           C_BE_IID, log_fin)
 
         branches = []
@@ -529,12 +540,20 @@ class SPAAccountant(Accountant):
         return np.exp(c)
 
     def _be_log_err(self, tab, scale_c, jj):
-        """ln of 2 g_max C sum rho / v^{3/2} at nodes jj (cells x window)."""
+        """ln of 2 g_max C sum rho / v^{3/2} at nodes jj (cells x window).
+
+        +inf (the node certifies nothing) where the tilted law is numerically degenerate: a lattice
+        or bounded loss at a large tilt puts all but e^-700 of the mass on its top atom, and the
+        tilted variance and rho underflow to 0 or to subnormal numbers without relative accuracy
+        (0/0 would be NaN, and a rho rounded to 0 would claim no error at all).
+        """
         s = scale_c[:, None]
-        rho = s * tab.rho[jj] * (1 + SAFETY)
-        v = s * tab.K2[jj]
-        with np.errstate(divide="ignore"):
-            return math.log(2 * tab.c_be) + tab.lgmax[jj] + np.log(rho) - 1.5 * np.log(v)
+        rho1, v1 = tab.rho[jj], tab.K2[jj]
+        good = (rho1 > _TINY_MOMENT) & (v1 > _TINY_MOMENT) & np.isfinite(rho1) & np.isfinite(v1)
+        rho = s * np.where(good, rho1, 1.0) * (1 + SAFETY)
+        v = s * np.where(good, v1, 1.0)
+        out = math.log(2 * tab.c_be) + tab.lgmax[jj] + np.log(rho) - 1.5 * np.log(v)
+        return np.where(good, out, np.inf)
 
     @staticmethod
     def _nearest(grid, t):
@@ -557,7 +576,8 @@ class SPAAccountant(Accountant):
         dc = np.where(dead, 0.5, dc)
         target = np.log(dc)
         out = {"flags": np.zeros(n, dtype=np.int64), "t": np.full(n, np.nan)}
-        sup = scale_c * tab.loss_sup
+        # k * ess sup L rounded up (never claim delta = 0 or eps <= sup just below the true supremum)
+        sup = np.array([mul_up(s, tab.loss_sup) for s in scale_rows])[row_idx]
         # ---- estimates along the saddle-point curve
         for meth in methods:
             ld_rows = self._node_log_delta(tab, scale_rows, meth)  # (S, N)
@@ -645,13 +665,17 @@ class SPAAccountant(Accountant):
         tg_u = (target - SAFETY)[:, None] * np.ones_like(tw)
         if certify_upper:
             # U(e) = e^{K - t e} (E_W(e) + err) is decreasing; E_W in [0, gmax] brackets its root
-            def fU(e):
-                return Kw - tw * e + np.logaddexp(_log_ew(K1w - e, K2w, tw), lerr) - tg_u
+            # (a node whose Berry-Esseen error is +inf -- degenerate tilted law -- certifies nothing)
+            be_ok = np.isfinite(lerr)
+            lerr_u = np.where(be_ok, lerr, 0.0)
 
-            lo = (Kw + lerr - tg_u) / tw - 1e-9 * (1 + np.abs(Kw / tw))
-            hi = (Kw + np.logaddexp(tab.lgmax[jj], lerr) - tg_u) / tw
+            def fU(e):
+                return Kw - tw * e + np.logaddexp(_log_ew(K1w - e, K2w, tw), lerr_u) - tg_u
+
+            lo = (Kw + lerr_u - tg_u) / tw - 1e-9 * (1 + np.abs(Kw / tw))
+            hi = (Kw + np.logaddexp(tab.lgmax[jj], lerr_u) - tg_u) / tw
             lo, hi = _illinois(fU, lo, hi, fU(lo), fU(hi), self.n_iter)
-            upper = np.minimum(upper, hi.min(axis=1))
+            upper = np.minimum(upper, np.where(be_ok, hi, np.inf).min(axis=1))
         upper = np.minimum(upper, np.where(np.isfinite(sup), sup, np.inf))
         if certify_lower:
             jj, Kw, K1w, K2w, tw, lerr = at(self.lower_ratios)
@@ -702,7 +726,7 @@ class SPAAccountant(Accountant):
         one = np.ones(1)
         out = {"flags": np.zeros(n, dtype=np.int64), "t": np.full(n, np.nan)}
         p_inf = -np.expm1(tab.log_fin)
-        sup = tab.loss_sup
+        sup = tab.loss_sup  # rounded up when it was composed (mul_up, ComposedCGF)
         zero = eps >= sup  # delta_c = 0 exactly
         # saddle point
         curve = self._saddle_curve(tab, one)[0]
@@ -765,7 +789,8 @@ class SPAAccountant(Accountant):
         upper = np.minimum(p_inf + (1 - p_inf) * upper, 1.0)
         lower = p_inf + (1 - p_inf) * lower
         # trivial lower bound valid for the whole pair
-        lower = np.maximum(lower, np.maximum(-np.expm1(eps), 0.0))
+        with np.errstate(over="ignore"):
+            lower = np.maximum(lower, np.maximum(-np.expm1(eps), 0.0))
         lower = np.minimum(lower, upper)
         out.update(ests)
         out["lower"], out["upper"], out["t"] = lower, upper, t_hat
@@ -847,6 +872,27 @@ class SPAAccountant(Accountant):
                 up["flags"] = (up["flags"] & ~FLAG_NO_LOWER) | (lo["flags"] & FLAG_NO_LOWER)
             res.append(up)
         return self._combine(res, methods)
+
+    def _tradeoff_top(self) -> float:
+        # the certified upper eps(1e-12) even where the estimate is flagged (only the grid of the
+        # trade-off bounds depends on it)
+        try:
+            return float(self.epsilon_all(1e-12, ())["upper"][0])
+        except (ArithmeticError, ValueError):
+            return math.nan
+
+    def _direction_deltas(self, eps: np.ndarray) -> list:
+        """Certified (lower, upper) of each branch's own delta(eps) (trade-off curves, docs/MATH.md
+        10.5): the Berry-Esseen / Chernoff / trivial bounds only, never an estimate (so no edge
+        flag applies); the relation's power is the maximum of the branches' powers."""
+        out = []
+        for _, sides in self._branches:
+            up = self._delta_side(sides[1], eps, (), certify_lower=sides[1] is sides[2])
+            lower = up["lower"]
+            if sides[2] is not sides[1]:
+                lower = self._delta_side(sides[2], eps, (), certify_upper=False)["lower"]
+            out.append((np.minimum(lower, up["upper"]), up["upper"]))
+        return out
 
     def delta(self, epsilon, return_flags: bool = False):
         """Estimate(lower, SP-MSD1, upper) of delta(eps), vectorised over eps; lower/upper certified.
