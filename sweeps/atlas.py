@@ -227,7 +227,7 @@ def _timings(atlas_path: str, atlas, rng) -> dict:
     mid = {a: float(np.clip(v, atlas.axes[a][0], atlas.axes[a][-1]))
            for a, v in (("delta", 1e-6), ("q", 0.004), ("steps", 20000))}
     code = ("import time; t0 = time.perf_counter(); import pldlib; t1 = time.perf_counter(); "
-            "from pldlib.atlas import open_atlas; a = open_atlas({!r}); a.sigma_for(3.0, {!r}, {!r}, {!r}); "
+            "from pldlib.atlas import open_atlas; a = open_atlas({!r}); a.sigma_for(3.0, {!r}, {!r}, {!r}, outside='nan'); "
             "t2 = time.perf_counter(); print(t1 - t0, t2 - t1)").format(str(atlas_path), mid["delta"], mid["q"],
                                                                       round(mid["steps"]))
     extra = []
