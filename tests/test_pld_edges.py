@@ -256,3 +256,27 @@ def test_offset_lattice_near_an_edge_contains_the_mpmath_truth(relation, h):
                         interval=h).delta(0.5)
     t = TRUTH_08_005_20[relation]
     assert iv.lower <= t * (1 - 1e-9) and iv.upper >= t * (1 + 1e-9), (iv, t)
+
+
+def test_losses_beyond_exp_range_refuse_instead_of_nan():
+    """A composition whose coarsened grid reaches losses beyond e^eps's range (RR x 3e8 with a
+    Gaussian and (eps0, delta0) steps) answers an interval or refuses with PrecisionLimitError:
+    never NaN, never a bare OverflowError."""
+    import math
+    import warnings
+
+    from pldlib import PrecisionLimitError
+    from pldlib import events as E
+    from pldlib.pld.accountant import PLDAccountant
+
+    acc = PLDAccountant("add")
+    acc.compose(E.RandomizedResponseEvent(2.89), 293_100_746)
+    acc.compose(E.GaussianEvent(9.48), 1)
+    acc.compose(E.ApproxDPEvent(7.77, 6.46e-08), 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            lo, up = acc.epsilon(0.00729)
+        except PrecisionLimitError:
+            return
+    assert not (math.isnan(lo) or math.isnan(up)) and lo <= up

@@ -162,3 +162,30 @@ def test_max_tpr_wor_add_is_fast_and_sound():
     assert r.lower <= truth * (1 + 1e-12) and r.upper >= truth * (1 - 1e-12), (r, truth)
     assert r.upper - r.lower < 1e-3
     assert took < 15.0  # was 11-37 s idle (minutes under load); ~2.5 s now
+
+
+def test_upper_bound_below_double_range_is_not_claimed_zero():
+    """RR(eps0) x k at eps just below k * eps0: the exact delta (60-digit binomial tail, here
+    ~1e-349) is positive but below the smallest double; the certified upper end must then be
+    the smallest positive double, not 0 (0 only at or beyond the support edge)."""
+    import mpmath
+
+    import pldlib
+    from pldlib import events as E
+
+    e0, k, eps = 0.15312744789794808, 1527, 224.11887912690787
+    mpmath.mp.dps = 60
+    E0 = mpmath.mpf(e0)
+    p = mpmath.e**E0 / (1 + mpmath.e**E0)
+    truth = mpmath.mpf(0)
+    for j in range(k, -1, -1):
+        loss = (2 * j - k) * E0
+        if loss <= eps:
+            break
+        truth += mpmath.binomial(k, j) * p**j * (1 - p)**(k - j) * (1 - mpmath.e**(eps - loss))
+    assert 0 < truth < mpmath.mpf("1e-330")
+    acc = pldlib.make_accountant("spa", "add_remove").compose(E.RandomizedResponseEvent(e0), k)
+    r = acc.delta(eps)
+    assert r.upper > 0 and r.lower <= 5e-324
+    edge = float(mpmath.nstr(k * E0, 30)) * (1 + 1e-12)  # beyond the support: exactly 0
+    assert acc.delta(edge).upper == 0.0

@@ -772,7 +772,11 @@ class SPAAccountant(Accountant):
         if certify_upper:
             base, lew, lerr = at(self.upper_ratios)
             log_up = np.minimum(log_up, (base + np.logaddexp(lew, lerr)).min(axis=1))
-        upper = np.minimum(np.exp(log_up) * (1 + SAFETY), 1.0)
+        with np.errstate(under="ignore"):
+            upper = np.minimum(np.exp(log_up) * (1 + SAFETY), 1.0)
+        # below the true support edge delta > 0: a bound that underflows is carried up to the
+        # smallest positive double, never claimed 0 (exactly 0 only where eps >= k * ess sup L)
+        upper = np.where((upper == 0) & ~zero, 5e-324, upper)
         if certify_lower:
             base, lew, lerr = at(self.lower_ratios)
             with np.errstate(invalid="ignore", divide="ignore"):

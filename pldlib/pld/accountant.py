@@ -318,6 +318,13 @@ def _ordered(lo: np.ndarray, up: np.ndarray, what: str, x: np.ndarray):
     hidden by taking the minimum."""
     lo = np.asarray(lo, dtype=float)
     up = np.asarray(up, dtype=float)
+    nan = np.isnan(lo) | np.isnan(up)
+    if np.any(nan):
+        j = int(np.flatnonzero(nan.ravel())[0])
+        raise PrecisionLimitError(
+            f"{what} at {np.ravel(x)[j]:.6g}: floating point was exceeded on this grid (a bound came out "
+            "NaN: the composed privacy losses reach beyond e^eps's range), so no interval is returned; "
+            "the composition is too long or too coarse for this accountant")
     bad = lo > up
     if np.any(bad):
         j = int(np.flatnonzero(bad.ravel())[0])
@@ -1522,6 +1529,8 @@ class PLDAccountant(Accountant):
                 grid = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d))
                 lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
                                           lambda: grid.epsilon_bounds(deltas))
+        up = np.where(np.isnan(up), np.inf, up)  # no certificate: the trivial bound
+        lo = np.where(np.isnan(lo), -np.inf, lo)
         if not self.upper_only:  # (upper-only accountants report -inf, as documented)
             lo, up = _ordered(np.maximum(lo, _eps_floor(deltas)), up, "epsilon", deltas)
         if scalar:

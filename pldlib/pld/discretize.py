@@ -746,7 +746,8 @@ def _ctd_from_values(x: np.ndarray, d: np.ndarray, d_err: np.ndarray, h: float |
     where the difference of two rounded exps would be off by ~4u x / (x h), i.e. u / h relative
     (docs/MATH.md 3.6); that relative error, and the x_i's own in m_i, enter the bound.
     """
-    if h is not None and eps is not None and x.size > 1:
+    if h is not None and eps is not None and x.size > 1 and h < 1.0:
+        # (for h >= 1 the plain difference is within ~2u relative, covered by the 4u B term)
         dx = x[:-1] * math.expm1(h)
         rx = (6.0 + 2.0 * np.abs(eps)) * _U  # relative error of x_i (and of dx_i: one more rounding)
     else:

@@ -314,6 +314,10 @@ def _classify(e):
         return "unsupported", name
     if type(e) is MemoryError:
         return "oom", name
+    if type(e) is ValueError and str(e).startswith("interval: "):
+        # an explicit spacing the pair cannot use (wider than its whole loss range): the
+        # argument check's one-line error, naming the argument and a usable value
+        return "refused", "ValueError (interval argument)"
     return "error", name
 
 
@@ -535,7 +539,8 @@ def report(records, title, cmd):
              f"- cases: {len(records)}",
              f"- answered: {cnt['ok']} (of which accuracy-limited by the memory budget: {limited})",
              f"- refused with a documented error (PrecisionLimitError, GridTooLargeError; "
-             f"UnsupportedEventError where a method cannot take the event): {cnt['refused'] + cnt['unsupported']}",
+             f"UnsupportedEventError where a method cannot take the event; the interval argument's "
+             f"error where an explicit spacing exceeds the pair's loss range): {cnt['refused'] + cnt['unsupported']}",
              f"- unsound: {cnt['unsound']} (upper end below the truth: {flg['unsound upper']}, lower end above "
              f"it: {flg['unsound lower']}, lower > upper or NaN: {flg['lower>upper']})",
              f"- other exceptions: {cnt['error']}",
