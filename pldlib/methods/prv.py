@@ -84,8 +84,9 @@ sf/cdf (item 4, the library-wide ``value_error``) and the FFT round-off
 bound of :mod:`pldlib.pld.compose` (item 5).  Answers whose round-off cannot
 be pushed below half the answer, or whose certified delta-error reaches the
 queried delta, raise :class:`~pldlib.PrecisionLimitError`; a mesh or a
-composition beyond ``max_bins`` raises
-:class:`~pldlib.GridTooLargeError`.
+composition beyond ``max_bins``, or one that cannot fit ``memory_budget`` (sized
+before it allocates; cached compositions are dropped first, see
+:class:`PRVAccountant`), raises :class:`~pldlib.GridTooLargeError`.
 
 Cost.  The mesh is ~ eps_error / sqrt(K), so the FFT length grows like
 K / eps_error (times the composed spread): the widening is linear in h,
@@ -111,6 +112,7 @@ from .. import _validate as V
 from .._validate import PrecisionLimitError
 from .base import Accountant, Estimate, branch_labels, components_of
 from ..pld import compose as _C
+from ..pld.accountant import DEFAULT_MEMORY_BUDGET
 from ..pld.compose import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
 from ..profiles.base import SF_REL_ACCURACY, TAIL_LOG_ACCURACY, VALUE_ABS_FLOOR, loss_range, value_error
 from ..profiles.mixtures import MaxProfile, MixtureProfile
@@ -133,6 +135,15 @@ _ETA_LADDER = np.concatenate([10.0 ** -np.arange(0.5, 40.01, 0.125), 10.0 ** -np
 THETA_CAP = 1e4
 #: compositions kept per branch (each holds a few arrays of the FFT length)
 _CACHE_SIZE = 1
+#: peak bytes per FFT point while a composition is made and its answers read (window,
+#: transforms, untilting factors, the three curves and their answer tables: measured 136)
+BYTES_PER_BIN = 160
+#: bytes a composition keeps per FFT point once its answers were read (its three curves with
+#: their tail-sum tables: measured 128)
+RETAINED_BYTES_PER_BIN = 136
+#: peak bytes per single-step bin while a step is discretised and composed (its pmf, tail sums
+#: and the composition's per-step arrays; the chunked work arrays are bounded by _CHUNK)
+STEP_BYTES_PER_BIN = 64
 
 
 # ----------------------------------------------------------------------------
@@ -195,12 +206,15 @@ def _sp_scalar(profile, x: float) -> float:
     return float(profile.sf_p(np.array([x]))[0]) - profile.p_inf
 
 
-def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_BINS) -> DiscretePRV:
+def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_BINS,
+                   memory_budget: int | None = None) -> DiscretePRV:
     """Truncate, bin and mean-shift the PRV of ``profile`` on mesh ``h`` (seed 003, Algorithm 2).
 
     The truncation domain covers ``profile.eps_bounds(tail)``; the truncated
     probability is then computed from the tails (not assumed).  See the module
-    docstring for the certified terms.
+    docstring for the certified terms.  A step of more than ``max_bins`` bins, or
+    (given ``memory_budget``) of more than memory_budget / STEP_BYTES_PER_BIN,
+    raises :class:`~pldlib.GridTooLargeError` before any array is made.
     """
     lo, hi = loss_range(profile, tail)
     i_lo = int(math.floor(lo / h)) - 1
@@ -209,8 +223,14 @@ def discretise_prv(profile, h: float, tail: float, max_bins: int = DEFAULT_MAX_B
     if n > max_bins:
         raise GridTooLargeError(
             f"one step needs {n:,} PRV bins at mesh {h:.3g} (limit max_bins={max_bins:,}); "
-            "use a larger eps_error"
+            "use a larger eps_error", need=n, limit=max_bins
         )
+    if memory_budget is not None and n * STEP_BYTES_PER_BIN > memory_budget:
+        raise GridTooLargeError(
+            f"one step needs {n:,} PRV bins at mesh {h:.3g}, about {n * STEP_BYTES_PER_BIN / 2**20:,.0f} MiB "
+            f"({STEP_BYTES_PER_BIN} bytes per bin), beyond memory_budget={memory_budget:,} bytes; "
+            "use a larger eps_error or a larger memory_budget",
+            need=n, limit=memory_budget // STEP_BYTES_PER_BIN)
     p_inf = float(profile.p_inf)
 
     def edge(j):  # x_j = (i_lo + j - 1/2) h, j = 0..n
@@ -379,7 +399,7 @@ def mesh_for(eps_error: float, delta_error: float, total_steps: int) -> float:
 # the accountant
 # ----------------------------------------------------------------------------
 def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: float | None = None,
-                max_bins: int = DEFAULT_MAX_BINS) -> "PRVAccountant":
+                max_bins: int = DEFAULT_MAX_BINS, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> "PRVAccountant":
     """PRV accounting (seed 003) for ``steps`` compositions of ``mechanism`` or a list of (mechanism, steps).
 
     Parameters
@@ -392,6 +412,11 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
         (default :data:`DEFAULT_DELTA_ERROR` = 1e-12, i.e. 1e-3 of delta = 1e-9; pass about
         1e-3 of the smallest delta you will query if that is smaller).
     max_bins : cap on the bins of one step and on the FFT length.
+    memory_budget : bytes the accountant's compositions may use (default 1 GB,
+        :data:`~pldlib.pld.accountant.DEFAULT_MEMORY_BUDGET`): about BYTES_PER_BIN per FFT
+        point while one is made and read, RETAINED_BYTES_PER_BIN per point for each one kept.
+        Cached compositions are dropped to stay inside it; a composition (or a step) that
+        cannot fit raises :class:`~pldlib.GridTooLargeError` before it allocates.
 
     Returns
     -------
@@ -399,7 +424,7 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
     :class:`~pldlib.Estimate` (lower, estimate, upper); lower and upper are certified.
     """
     return PRVAccountant.for_mechanism(mechanism, steps, eps_error=eps_error, delta_error=delta_error,
-                                       max_bins=max_bins)
+                                       max_bins=max_bins, memory_budget=memory_budget)
 
 
 class _Side:
@@ -455,7 +480,8 @@ class _Branch:
     lo: _Side  # the same object when the branch's two profiles coincide
 
 
-def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, cap: float = 1.0) -> Composition:
+def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, cap: float = 1.0,
+                 before_alloc=None) -> Composition:
     """:func:`pldlib.pld.compose.compose` for one list of pmfs used for both curves.
 
     The same certified construction (Chernoff windows, entrywise round-off
@@ -463,6 +489,8 @@ def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, ca
     curves come from the same composed pmf (when the branch's two profiles
     coincide), so composing it twice would only double the cost.  ``cap`` bounds
     the total mass of the composed measure (entries are capped there, never lower).
+    ``before_alloc(N)`` is called with the FFT length before any array of that
+    length is made (the accountant's memory budget: it may raise).
     """
     h = plds[0].h
     sides = [_C._Side(h, p.start, p.masses, int(k)) for p, k in zip(plds, counts)]
@@ -477,8 +505,11 @@ def _compose_one(plds, counts, theta: float, alias_tol: float, max_bins: int, ca
     w_hi = min(int(math.ceil(right_e / h)) + 2, top + 1)
     need = max(w_hi - w_lo, 2)
     if need > max_bins:
-        raise GridTooLargeError(f"composition needs {need:,} grid points (limit max_bins={max_bins:,})")
+        raise GridTooLargeError(f"composition needs {need:,} grid points (limit max_bins={max_bins:,}) -- "
+                                "for the PRV accountant: use a larger eps_error", need=need, limit=max_bins)
     N = sfft.next_fast_len(need, real=True)
+    if before_alloc is not None:
+        before_alloc(N)
     y, E, log_total, log_left, log_right = _C._compose_side(sides, theta, w_lo, N, ch)
     eps_win = (w_lo + np.arange(N)) * h
     untilt = _C.untilt_factor(log_total, theta, eps_win, len(sides), "up")
@@ -574,16 +605,24 @@ class _Comp:
 class PRVAccountant(Accountant):
     """PRV accounting (docs/MATH.md section 5.2; see :func:`account_prv` and the module docstring).
 
-    ``PRVAccountant(relation, eps_error=0.01, delta_error=None, max_bins=...)
+    ``PRVAccountant(relation, eps_error=0.01, delta_error=None, max_bins=..., memory_budget=...)
     .compose(event, count)``; answers are :class:`Estimate`: certified lower and upper
     around the PRV central estimate (no guarantee).
+
+    Memory: every composition is sized before it allocates (its FFT length N is known from
+    its window): it needs about BYTES_PER_BIN * N bytes, each composition kept (cached, or
+    held by the query) about RETAINED_BYTES_PER_BIN per point.  The cached ones are dropped
+    when together with the new one they would exceed ``memory_budget`` (only work depends on
+    the cache, never an answer); when the new one and those in use alone exceed it, the query
+    raises :class:`~pldlib.GridTooLargeError` naming the budget.  numpy running out below the
+    budget (a process limit smaller than it) is reported as GridTooLargeError too.
     """
 
     method = "prv"
     kind = "certified"
 
     def __init__(self, relation: str = "add_remove", *, eps_error: float = 0.01, delta_error: float | None = None,
-                 max_bins: int = DEFAULT_MAX_BINS):
+                 max_bins: int = DEFAULT_MAX_BINS, memory_budget: int = DEFAULT_MEMORY_BUDGET):
         super().__init__(relation)
         self.eps_error = V.positive_finite("eps_error", eps_error)
         self.delta_error = V.probability_open("delta_error", DEFAULT_DELTA_ERROR if delta_error is None
@@ -591,9 +630,13 @@ class PRVAccountant(Accountant):
         if isinstance(max_bins, bool) or not isinstance(max_bins, (int, np.integer)) or max_bins < 16:
             raise ValueError(f"max_bins must be an integer >= 16, got {V.fmt(max_bins)}")
         self.max_bins = int(max_bins)
+        self.memory_budget = V.positive_int("memory_budget", memory_budget)
 
     def _options(self) -> dict:
-        return {"eps_error": self.eps_error, "delta_error": self.delta_error, "max_bins": self.max_bins}
+        out = {"eps_error": self.eps_error, "delta_error": self.delta_error, "max_bins": self.max_bins}
+        if self.memory_budget != DEFAULT_MEMORY_BUDGET:
+            out["memory_budget"] = self.memory_budget
+        return out
 
     def _build(self):
         t0 = time.perf_counter()
@@ -608,7 +651,12 @@ class PRVAccountant(Accountant):
         def prv_of(profile):
             key = id(profile)
             if key not in disc:
-                disc[key] = discretise_prv(profile, self.h, self.tail, self.max_bins)
+                try:
+                    disc[key] = discretise_prv(profile, self.h, self.tail, self.max_bins, self.memory_budget)
+                except GridTooLargeError:
+                    raise
+                except MemoryError as exc:  # numpy under a process limit below the budget
+                    raise self._out_of_memory("discretising a step") from exc
             return disc[key]
 
         counts = [k for _, k in components]
@@ -650,17 +698,69 @@ class PRVAccountant(Accountant):
         return out
 
     # -- compositions -------------------------------------------------------------
-    def _compose(self, side: _Side, theta: float) -> _Comp:
+    def _out_of_memory(self, what: str) -> GridTooLargeError:
+        """numpy's MemoryError below the budget (this process has less), said in our words;
+        the cached compositions are dropped first."""
+        self._release()
+        return GridTooLargeError(
+            f"ran out of memory {what} within memory_budget={self.memory_budget:,} bytes (this process "
+            "may have less): use a larger eps_error or a smaller memory_budget")
+
+    def _sides(self):
+        """Every distinct side of every branch."""
+        seen = {}
+        for br in getattr(self, "_branches", None) or []:
+            for sd in (br.up, br.lo):
+                seen.setdefault(id(sd), sd)
+        return list(seen.values())
+
+    def _release(self, keep=()) -> None:
+        """Drop the cached compositions (except those in ``keep``, held by the caller)."""
+        for sd in self._sides():
+            for key in [k for k, c in sd.cache.items() if not any(c is q for q in keep)]:
+                del sd.cache[key]
+
+    def _make_room(self, n_bins: int, pinned=()) -> None:
+        """Before a composition of ``n_bins`` FFT points (class docstring, Memory): raise
+        :class:`GridTooLargeError` when it and the compositions the caller holds (``pinned``)
+        cannot fit the memory budget; drop the cached ones when with them it would not."""
+        held_pinned = sum(c.comp.n_bins for c in pinned)
+        need = n_bins * BYTES_PER_BIN + held_pinned * RETAINED_BYTES_PER_BIN
+        if need > self.memory_budget:
+            also = (f" with the composition in use ({held_pinned:,} points)" if pinned else "")
+            raise GridTooLargeError(
+                f"composition needs {n_bins:,} grid points, about {need / 2**20:,.0f} MiB{also} "
+                f"({BYTES_PER_BIN} bytes per point), beyond memory_budget={self.memory_budget:,} bytes "
+                "-- for the PRV accountant: use a larger eps_error or a larger memory_budget",
+                need=n_bins, limit=max(0, (self.memory_budget - held_pinned * RETAINED_BYTES_PER_BIN))
+                // BYTES_PER_BIN)
+        cached = sum(c.comp.n_bins for sd in self._sides() for c in sd.cache.values()
+                     if not any(c is q for q in pinned))
+        if need + cached * RETAINED_BYTES_PER_BIN > self.memory_budget:
+            self._release(keep=pinned)
+
+    def _compose(self, side: _Side, theta: float, pinned=()) -> _Comp:
+        """The composition of ``side`` at tilt ``theta`` (cached); ``pinned``: compositions the
+        caller holds while this one is made (they count against the memory budget)."""
         key = round(float(theta), 12)
         if key in side.cache:
             side.cache.move_to_end(key)
             return side.cache[key]
         alias_tol = min(1e-15, 1e-3 * self.delta_error)
+        sizes = []
+
+        def before_alloc(n):
+            sizes.append(n)
+            self._make_room(n, pinned)
+
         try:
             comp = _compose_one(side.plds, side.counts, float(theta), alias_tol, self.max_bins,
-                                cap=max(1.0, side.mass_total))
-        except GridTooLargeError as exc:
-            raise GridTooLargeError(f"{exc} -- for the PRV accountant: use a larger eps_error") from None
+                                cap=max(1.0, side.mass_total), before_alloc=before_alloc)
+        except GridTooLargeError:
+            raise
+        except MemoryError as exc:  # numpy under a process limit below the budget
+            what = f"composing {sizes[-1]:,} grid points" if sizes else "composing"
+            raise self._out_of_memory(what) from exc
         c = _Comp(comp, side)
         side.cache[key] = c
         while len(side.cache) > _CACHE_SIZE:
@@ -673,7 +773,7 @@ class PRVAccountant(Accountant):
         ladder) of a branch at one tilt (the lower composition is the upper one when the
         sides coincide)."""
         cu = self._compose(br.up, theta)
-        cl = cu if br.lo is br.up else self._compose(br.lo, theta)
+        cl = cu if br.lo is br.up else self._compose(br.lo, theta, pinned=(cu,))
         return cu, cl, br.up, br.lo, br.up.ladder(), br.lo.ladder()
 
     def _delta_at(self, br: _Branch, theta: float, eps: np.ndarray):
@@ -780,7 +880,12 @@ class PRVAccountant(Accountant):
         tried: list = []
         todo = np.arange(n)
         for _ in range(8):
-            l, e, u, sh = at(br, theta, x[todo])
+            try:
+                l, e, u, sh = at(br, theta, x[todo])
+            except GridTooLargeError:
+                raise
+            except MemoryError as exc:  # reading the answers, under a process limit below the budget
+                raise self._out_of_memory("reading a composition's answers") from exc
             tried.append(theta)
             lo[todo] = np.maximum(lo[todo], l)
             up[todo] = np.minimum(up[todo], u)
