@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
-from scipy.optimize import brentq
 from scipy.special import log_ndtr, logsumexp, ndtr
 
 import pldlib
@@ -53,17 +52,8 @@ def note_lines(err):
     return lines
 
 
-# -- independent references ------------------------------------------------------------
-def gauss_log_delta(eps, mu):
-    """ln delta(eps) of N(0,1) vs N(mu,1) (the unsampled Gaussian, both directions alike)."""
-    la = log_ndtr(-eps / mu + mu / 2)
-    lb = log_ndtr(-eps / mu - mu / 2)
-    return la + np.log1p(-np.exp(eps + lb - la))
-
-
-def gauss_eps(delta, mu):
-    return brentq(lambda e: gauss_log_delta(e, mu) - math.log(delta), -0.999 * mu * mu,
-                  mu * mu / 2 + 60 * mu + 60, xtol=1e-13, rtol=1e-15)
+# -- independent references (the unsampled Gaussian's closed form, shared with test_cli) -----
+from test_cli import gauss_eps, gauss_log_delta  # noqa: E402
 
 
 def poisson_gauss_delta_one_step(eps, q, sigma):
