@@ -335,8 +335,22 @@ def _build(case):
     return acc
 
 
+def _vm_size() -> int:
+    """Bytes of address space this process has mapped now (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _child(case, conn):
-    cap = MEM_CAP_EXPLICIT if case.get("interval") else MEM_CAP
+    # the cap is on what the case itself maps: a child forked from a large parent (a test
+    # worker with many threads and arenas) starts with the parent's mappings, which are added
+    cap = (MEM_CAP_EXPLICIT if case.get("interval") else MEM_CAP) + _vm_size()
     try:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     except (ValueError, OSError):
