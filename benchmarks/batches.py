@@ -55,8 +55,8 @@ def _f(x):
 
 # -- part 1: Poisson vs random allocation vs shuffle -------------------------------------------
 def run_shapes() -> list[dict]:
-    from pldlib.sampling.allocation import (LatticeTooLarge, allocation_epoch_lower_pair, allocation_epoch_pair,
-                                            max_coordinate_lower)
+    from pldlib.methods.pld import max_coordinate_lower
+    from pldlib.sampling.allocation import LatticeTooLarge, allocation_epoch_lower_pair, allocation_epoch_pair
 
     rows = []
     for sigma, t, epochs in SHAPES:
@@ -142,7 +142,7 @@ def run_user() -> list[dict]:
 
 # -- part 3: Monte Carlo soundness of random allocation ----------------------------------------
 def run_mc(n_samples: int) -> list[dict]:
-    from pldlib.sampling.allocation import max_coordinate_accountant
+    from pldlib.methods.pld import max_coordinate_accountant
     from pldlib.testing.montecarlo import allocation_delta
 
     rows = []

@@ -33,16 +33,12 @@ from pathlib import Path
 
 
 def _register_trivial():
-    """Register the test-only ``trivial`` method in this process (driver or worker)."""
-    import numpy as np
+    """Register the test-only ``trivial`` method in this process (driver or worker): the sweeps'
+    coded test accountant (eps a code of the cell, no accounting work)."""
+    from pldlib.methods import register_method
+    from sweeps.testing import CodedAccountant
 
-    from sweeps.methods import register
-
-    @register("trivial", description="benchmark only: eps = 1 for every cell, no work")
-    def trivial(params, steps, deltas, options):
-        a = np.ones((len(steps), len(deltas)))
-        return a, a
-
+    register_method("trivial", CodedAccountant, kind="certified", summary="benchmark only: no accounting work")
     return True
 
 

@@ -529,7 +529,7 @@ def bench_sweeps(ctx: Context) -> str:
         note = ""
     else:
         # one full dp_accounting accounting per cell, at the interval the sweep used for that cell
-        from pldlib.pld.accountant import account_steps
+        from pldlib.methods.pld import account_steps
 
         subset = [(1.0, 0.01), (3.0, 0.05)]
         steps_sub, deltas_sub = [1000, 10000], list(np.geomspace(1e-10, 1e-4, 5))
@@ -557,7 +557,7 @@ def bench_sweeps(ctx: Context) -> str:
         note = f"\n\nBest sweep throughput / dp_accounting loop: {best / loop:.1f}x."
     return ("Grid: sigma 10 x q 5 x steps 10 x delta 20 (Poisson, add_remove, PLD at its automatic accuracy; "
             "every cell a certified [lower, upper]), including cluster start-up and zarr writes. A block's steps "
-            "values share one discretisation (`pldlib.pld.accountant.account_steps`: the automatic interval of the "
+            "values share one discretisation (`pldlib.methods.pld.account_steps`: the automatic interval of the "
             "largest steps value). The dp_accounting loop computes one upper bound per cell at the interval the "
             "sweep used for that cell.\n\n"
             + md_table(["run", "cells", "seconds", "cells / s"], rows) + note)

@@ -102,7 +102,7 @@ def coarsest_matching(shape: dict, target: float, h0: float) -> float:
 @contextlib.contextmanager
 def time_split():
     """Wall time per stage of the PLD path, by wrapping its functions while inside."""
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
     import pldlib.pld.compose as C
 
     spent = {"discretisation": 0.0, "window and tilt search": 0.0, "FFT composition": 0.0}
@@ -134,7 +134,7 @@ def untilted_fft_pair(acc, delta: float) -> tuple[int, float, float]:
     accuracy: the FFT work of composing the whole loss range at this spacing (what an accountant
     that does not tilt does at that h; the issue's "final composition (rfft, power, irfft)")."""
     import scipy.fft as sfft
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
     from pldlib.pld.compose import _int_power, compose
 
     cut = A._cut_scale(np.array([delta]))

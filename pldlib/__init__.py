@@ -11,7 +11,7 @@ Public API (thin re-exports over the modules that hold the maths):
   :class:`PRVAccountant`, :class:`SPAAccountant`, :class:`RDPAccountant`,
   :class:`CLTAccountant` -- ``Acc(relation).compose(event, count).epsilon(delta)``;
   :func:`make_accountant` by method name; :func:`account` the convenience entry
-* answers: :class:`Interval` (lower, upper), :class:`Estimate` (lower, estimate, upper)
+* answers: :class:`Interval` (``lo, up = ...``; ``.estimate`` and ``.kind`` for every method)
 * calibration: :func:`calibrate`, :func:`get_noise_multiplier`
 * sampling schemes: :mod:`pldlib.sampling` (registry: :func:`pldlib.sampling.scheme_names`)
 * sigma look-ups: ``pldlib.atlas.open_atlas(path).sigma_for(epsilon, delta, q, steps, ...)``
@@ -28,6 +28,7 @@ from .events import (
     GaussianEvent,
     LaplaceEvent,
     LatticeEvent,
+    MixtureOfGaussiansEvent,
     NoOp,
     ProfileEvent,
     RandomizedResponseEvent,
@@ -35,8 +36,8 @@ from .events import (
     SelfComposed,
 )
 from .mechanisms import ApproxDP, Custom, DiscreteLaplace, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
-from .methods import Accountant, Estimate, Interval, UnsupportedEventError, make_accountant, method_names
-from .pld.accountant import PLDAccountant, account, account_steps
+from .methods import Accountant, Interval, UnsupportedEventError, make_accountant, method_names
+from .methods.pld import PLDAccountant, account, account_steps
 from .calibrate import CalibrationResult, calibrate, get_noise_multiplier
 from . import sampling  # noqa: F401
 from . import atlas  # noqa: F401  (pldlib.atlas.open_atlas(path): certified sigma look-ups)
@@ -87,11 +88,11 @@ def __getattr__(name):
 __all__ = [
     "account", "account_steps", "account_prv", "account_spa", "account_rdp", "account_clt",
     "Accountant", "PLDAccountant", "PRVAccountant", "SPAAccountant", "RDPAccountant", "CLTAccountant",
-    "make_accountant", "method_names", "Interval", "Estimate",
+    "make_accountant", "method_names", "Interval",
     "calibrate", "CalibrationResult", "get_noise_multiplier",
     "PrecisionLimitError", "GridTooLargeError", "UnsupportedEventError",
     "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent",
-    "Sampled", "SelfComposed", "Composed", "NoOp",
+    "MixtureOfGaussiansEvent", "Sampled", "SelfComposed", "Composed", "NoOp",
     "Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "DiscreteLaplaceEvent", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",
     "randomized_response_profile", "approx_dp_profile", "__version__",

@@ -30,6 +30,10 @@ class GridTooLargeError(MemoryError):
         self.need, self.limit = need, limit
 
 
+class CalibrationError(RuntimeError):
+    """No certified parameter could be found within the evaluation budget or the accuracy limits."""
+
+
 def fmt(v) -> str:
     """A number as a user reads it (``1.5``, not ``np.float64(1.5)``)."""
     if isinstance(v, (bool, np.bool_)):
@@ -51,6 +55,24 @@ def positive_finite(name: str, value) -> float:
     if v <= 0:
         raise ValueError(f"{name} must be > 0, got {v!r}")
     return v
+
+
+def finite(name: str, value) -> float:
+    """A finite real number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {fmt(value)}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    return v
+
+
+def int_at_least(name: str, value, low: int) -> int:
+    """An integer >= ``low`` (floats that are whole numbers are accepted)."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or not float(value).is_integer() or value < low):
+        raise ValueError(f"{name} must be an integer >= {low}, got {fmt(value)}")
+    return int(value)
 
 
 def nonnegative_finite(name: str, value) -> float:
@@ -121,18 +143,6 @@ def choice(name: str, value, options: Iterable[str]) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {', '.join(options)}; got {fmt(value)}")
     return value
-
-
-def dp_target(epsilon, delta, q, steps, sampling, relation) -> tuple:
-    """Validated ``(epsilon, delta, q, steps, sampling, relation)`` of a calibration or look-up."""
-    from .sampling import sampling_names
-
-    out = (positive_finite("epsilon", epsilon), probability_open("delta", delta), sampling_rate("q", q),
-           globals()["steps"]("steps", steps), choice("sampling", sampling, sampling_names()),
-           choice("relation", relation, RELATIONS))
-    if out[4] == "none" and out[2] != 1.0:
-        raise ValueError(f"q must be 1 when sampling is 'none' (got q={out[2]!r})")
-    return out
 
 
 def _float_array(name: str, values) -> np.ndarray:

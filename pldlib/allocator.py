@@ -4,10 +4,8 @@ A PLD composition makes many short-lived arrays of 0.1-10 MB, and pocketfft allo
 scratch space of the same size inside every transform.  glibc serves blocks above its mmap
 threshold (128 KiB at start, raised as large blocks are freed) with fresh pages, and returns
 freed memory at the top of its heap once more than its trim threshold is free: either way
-the next array's pages are faulted in afresh.  On this project's 2-core VM a page fault
-costs ~4 us, so a fresh process paid ~3,400 faults per DP-SGD headline call at h = 1e-4
-(about a third of its time), and an rfft of 43,200 points took 0.92 ms instead of 0.44 ms.
-Dask's workers set MALLOC_TRIM_THRESHOLD_=65536, which returns every freed block at once.
+the next array's pages are faulted in afresh, which can cost a large part of a PLD call's
+time (measurements: ``results/BENCHMARKS.md``).  Dask's workers set MALLOC_TRIM_THRESHOLD_=65536, which returns every freed block at once.
 
 :func:`tune_allocator` raises both thresholds for the current process (``mallopt``; glibc
 only, a no-op elsewhere), :func:`environ` gives the same settings as environment variables
@@ -20,8 +18,8 @@ brings glibc's own adaptive thresholds to where any process that once freed a 32
 them (blocks up to 32 MiB from the heap, up to 64 MiB of freed memory kept), by allocating and
 freeing one such block, never touched.  glibc's policy stays adaptive and its limits are its
 own; a fresh process that only runs PLD queries otherwise never frees a block that large, and
-paid 2,570 page faults per DP-SGD headline call at h = 1e-4 (16.4 ms against 9.2 ms, 88 ms
-against 50 ms at h = 1.24e-5; the largest resident size 2-16 MB higher).  ``=0`` turns it off,
+would fault the pages of its temporaries in on every call (the largest resident size grows by
+a few MB instead).  ``=0`` turns it off,
 ``=1`` applies :func:`tune_allocator` at import instead.
 """
 from __future__ import annotations

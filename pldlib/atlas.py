@@ -651,7 +651,7 @@ class Atlas:
         """Check each query with the accountant at its exact arguments (docstring of the module)."""
         from .calibrate import calibrate, upper_interval
         from .mechanisms import Gaussian
-        from .pld.accountant import account
+        from .methods.pld import account
 
         sig = np.array(ans.sigma, dtype=float)
         eps_up = np.array(ans.eps_upper, dtype=float)

@@ -123,9 +123,9 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
     ``sigma_refused`` set.  A target no sigma within the evaluation budget certifies raises
     :class:`pldlib.CalibrationError` naming the target and the metric reached.
     """
-    from .calibrate import CalibrationError
+    from ._validate import CalibrationError
     from .mechanisms import Gaussian
-    from .pld.accountant import account
+    from .methods.pld import account
 
     t0 = time.perf_counter()
     if steps is None:

@@ -15,8 +15,8 @@ certified (its upper eps meets the target) AND within ``tol`` of the true
 smallest sigma (which lies in (sigma_lo, sigma_hi]).  Steering uses secant
 steps on (log sigma, log eps), seeded by a Gaussian-DP (CLT) estimate or
 the eps atlas's estimate, so typical calls need a handful of evaluations.  (The
-saddle-point accountant would be a closer seed, but its CGF tabulation costs
-~1.2 s per sigma, more than a whole calibration.)
+saddle-point accountant would be a closer seed, but its CGF tabulation per sigma
+costs more than a whole calibration.)
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ import numpy as np
 from scipy import special
 
 from . import _validate as V
-from .pld.accountant import Interval, account
+from ._validate import CalibrationError
+from .methods.pld import Interval, account
 from .mechanisms import Gaussian
 from .profiles.base import LossRangeError
 
@@ -48,8 +49,16 @@ MAX_EPSILON = 200.0
 TOL_RANGE = (1e-8, 0.1)
 
 
-class CalibrationError(RuntimeError):
-    """No certified sigma could be found within the evaluation budget or the accuracy limits."""
+def _dp_target(epsilon, delta, q, steps, sampling, relation) -> tuple:
+    """Validated ``(epsilon, delta, q, steps, sampling, relation)`` of a calibration or look-up."""
+    from .sampling import sampling_names
+
+    out = (V.positive_finite("epsilon", epsilon), V.probability_open("delta", delta), V.sampling_rate("q", q),
+           V.steps("steps", steps), V.choice("sampling", sampling, sampling_names()),
+           V.choice("relation", relation, V.RELATIONS))
+    if out[4] == "none" and out[2] != 1.0:
+        raise ValueError(f"q must be 1 when sampling is 'none' (got q={out[2]!r})")
+    return out
 
 
 class _Refused(Exception):
@@ -64,6 +73,8 @@ class _Refused(Exception):
 class CalibrationResult:
     """Calibrated noise multiplier with its certificate.
 
+    Attributes
+    ----------
     sigma : smallest sigma found whose certified upper eps <= target
     epsilon : certified eps interval at ``sigma``
     sigma_lower : a sigma whose certified *lower* eps exceeds the target (the true
@@ -136,11 +147,11 @@ UPPER_RULE_C = 0.0067
 
 def upper_interval(mechanism, steps: int) -> float:
     """Grid spacing aimed at the *upper* bound: the accountant's default rule
-    (:func:`pldlib.pld.accountant._rule_interval`) without its support-edge term (which
+    (:func:`pldlib.methods.pld._rule_interval`) without its support-edge term (which
     forces grids of ~1e5-1e6 points per step for q ~ 1e-4) and with the h^2 constant
     UPPER_RULE_C; upper bounds stay certified and tight at this spacing, lower bounds may be loose.
     """
-    from .pld.accountant import _rule_interval, _step_stats
+    from .methods.pld import _rule_interval, _step_stats
 
     components = [(mechanism, steps)]
     return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edge_factor=None,
@@ -194,7 +205,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         proof that the answer is within tol of the optimum; costs one or two more
         evaluations).  None (default): certify it unless that alone would force a grid
         at least 2x finer than the upper bound needs (small q: the optimistic side needs
-        h <= |ln(1 - q)| / 2, docs/MATH.md 5.1); then ``sigma_lower`` is None.
+        ``h <= |ln(1 - q)| / 2``, docs/MATH.md 5.1); then ``sigma_lower`` is None.
         With False the answer is still certified feasible, ``sigma_lower``
         may be None, and the search stops once the upper curve's root is located to tol/8;
         its fine evaluations then build the pessimistic side only (about half the work) on a
@@ -229,7 +240,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         raise ValueError(f"epsilon: must be <= {MAX_EPSILON:g} for calibration, got {V.fmt(epsilon)}: a larger "
                          "target needs noise so small that one step's privacy loss leaves the range that can be "
                          "certified in floating point (e^700) or the grid exceeds max_bins")
-    epsilon, delta, q, steps, sampling, relation = V.dp_target(epsilon, delta, q, steps, sampling, relation)
+    epsilon, delta, q, steps, sampling, relation = _dp_target(epsilon, delta, q, steps, sampling, relation)
     tol = V.positive_finite("tol", tol)
     if not (TOL_RANGE[0] <= tol <= TOL_RANGE[1]):
         raise ValueError(f"tol: must be in [{TOL_RANGE[0]:g}, {TOL_RANGE[1]:g}] (a relative tolerance on sigma: "

@@ -56,13 +56,14 @@ from typing import Callable
 import numpy as np
 
 from . import __version__, allocator
+from . import _validate as V
+from .plugins import load_plugins
 from ._validate import PrecisionLimitError
-from .methods.base import Estimate
 from .calibrate import CalibrationError
 from ._validate import GridTooLargeError
 from .pld.compose import DEFAULT_MAX_BINS
-from .pld.accountant import AccuracyLimitedWarning
-from .mechanisms import Gaussian, Laplace, Mechanism
+from .methods.pld import AccuracyLimitedWarning
+from .mechanisms import Mechanism, mechanism_names, mechanism_spec
 
 __all__ = ["main", "build_parser", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT", "EXIT_TRIVIAL"]
 
@@ -90,7 +91,7 @@ from .sampling import sampling_names
 SAMPLINGS = sampling_names()
 
 #: method options the CLI exposes: flag -> constructor keyword of the accountant
-METHOD_OPTIONS = {"--interval": "interval", "--eps-error": "eps_error", "--delta-error": "delta_error",
+METHOD_OPTIONS = {"--spacing": "interval", "--eps-error": "eps_error", "--delta-error": "delta_error",
                   "--max-bins": "max_bins"}
 #: per-method defaults of the CLI that differ from the constructor's
 CLI_DEFAULTS = {"spa": {"on_edge": "flag"}}
@@ -119,22 +120,22 @@ def make_method_accountant(method: str, relation: str, args) -> "object":
     return accountant_class(method)(relation, **kw)
 
 
-def _make_gaussian(args) -> Mechanism:
-    return Gaussian(sigma=args.sigma, sensitivity=args.sensitivity, q=args.q,
-                    sampling=args.sampling, relation=args.relation, group=args.group)
+def _maker(spec):
+    def make(args) -> Mechanism:
+        return spec.make(getattr(args, spec.noise), sensitivity=args.sensitivity, q=args.q,
+                         sampling=args.sampling, relation=args.relation, group=args.group)
+    return make
 
 
-def _make_laplace(args) -> Mechanism:
-    return Laplace(scale=args.scale, sensitivity=args.sensitivity, q=args.q,
-                   sampling=args.sampling, relation=args.relation, group=args.group)
+def mechanisms() -> dict[str, tuple[str, Callable]]:
+    """Mechanism name -> (name of its noise parameter, constructor from parsed args), read from
+    the mechanism descriptors (:func:`pldlib.mechanisms.mechanism_spec`) when asked, so that
+    mechanisms registered later (plugins) are included."""
+    return {n: (mechanism_spec(n).noise, _maker(mechanism_spec(n))) for n in mechanism_names()}
 
 
-#: mechanism name -> (name of its noise parameter, constructor from parsed args)
-MECHANISMS: dict[str, tuple[str, Callable]] = {
-    "gaussian": ("sigma", _make_gaussian),
-    "laplace": ("scale", _make_laplace),
-}
-_NOISE_PARAMS = sorted({p for p, _ in MECHANISMS.values()})
+#: the built-in mechanisms (see :func:`mechanisms`)
+MECHANISMS = mechanisms()
 
 
 # ---------------------------------------------------------------------------
@@ -166,75 +167,41 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
 
 
-def _positive_finite(text: str) -> float:
-    v = _number(text)
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return v
-
-
-def _steps(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
+def _arg(check, *extra):
+    """An argparse ``type`` from a validator of :mod:`pldlib._validate` (the one set of argument
+    checks, shared with the API and the sweep configs): the text as a number, checked, its
+    error as argparse's one-line message."""
+    def convert(text: str):
+        v = _number(text)
         try:
-            f = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-        if not (math.isfinite(f) and f.is_integer()):
-            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-        v = int(f)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return v
+            return check("value", v, *extra)
+        except (TypeError, ValueError) as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+    convert.__name__ = check.__name__
+    return convert
 
 
-def _delta(text: str) -> float:
-    v = _number(text)
-    if not (0.0 < v < 1.0):
-        raise argparse.ArgumentTypeError(f"each delta must be in (0, 1), got {text!r}")
-    return v
-
-
-def _epsilon(text: str) -> float:
-    v = _number(text)
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"each epsilon must be finite, got {text!r}")
-    return v
-
-
-def _q(text: str) -> float:
-    v = _number(text)
-    if not (0.0 < v <= 1.0):
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return v
-
-
-def _max_bins(text: str) -> int:
-    v = _steps(text)
-    if v < 16:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 16, got {text!r}")
-    return v
-
-
-def _delta_error(text: str) -> float:
-    v = _number(text)
-    if not (0.0 < v < 1.0):
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
-    return v
+_positive_finite = _arg(V.positive_finite)
+_steps = _arg(V.steps)
+_delta = _arg(V.probability_open)
+_epsilon = _arg(V.finite)
+_q = _arg(V.sampling_rate)
+_max_bins = _arg(V.int_at_least, 16)
+_delta_error = _arg(V.probability_open)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("mechanism")
-    g.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS),
+    g.add_argument("--mechanism", required=True, choices=sorted(mechanisms()),
                    help="base mechanism")
-    g.add_argument("--sigma", type=_positive_finite,
-                   help="Gaussian noise multiplier (noise std = sigma * sensitivity)")
-    g.add_argument("--scale", type=_positive_finite, help="Laplace noise scale b")
+    helps: dict[str, list[str]] = {}
+    for n in mechanism_names():  # one flag per noise parameter, from the mechanism descriptors
+        spec = mechanism_spec(n)
+        helps.setdefault(spec.noise, []).append(f"{n}: {spec.help}")
+    for noise, h in helps.items():
+        g.add_argument(f"--{noise}", type=_positive_finite, help="; ".join(h))
     g.add_argument("--sensitivity", type=_positive_finite, default=1.0,
-                   help="sensitivity (L2 for gaussian, L1 for laplace; default 1)")
+                   help="sensitivity (L2 for gaussian, L1 for laplace, an integer for discrete_laplace; default 1)")
     g.add_argument("--q", type=_q, default=1.0,
                    help="sampling probability in (0, 1] (default 1)")
     g.add_argument("--sampling", choices=SAMPLINGS, default=None,
@@ -250,7 +217,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     a.add_argument("--method", choices=method_names(), default="pld",
                    help="accounting method (default pld): " + "; ".join(
                        f"{m} ({method_info(m).kind})" for m in method_names()))
-    a.add_argument("--interval", type=_positive_finite, default=None,
+    a.add_argument("--spacing", "--interval", dest="interval", type=_positive_finite, default=None,
                    help="grid spacing h of the privacy-loss discretisation (the accuracy knob; "
                         "smaller = tighter and slower; default: chosen automatically)")
     a.add_argument("--eps-error", type=_positive_finite, default=None,
@@ -315,7 +282,7 @@ def _add_tradeoff(sub) -> None:
 
 
 def _run_tradeoff(args) -> int:
-    _, make = MECHANISMS[args.mechanism]
+    _, make = mechanisms()[args.mechanism]
     with _quiet() as caught:
         t0 = time.perf_counter()
         mech = make(args)
@@ -466,8 +433,8 @@ def _run_calibrate(args) -> int:
 
 def _resolve(args) -> None:
     """Cross-argument checks and defaults; raises UsageError naming the argument."""
-    own, _ = MECHANISMS[args.mechanism]
-    for name in _NOISE_PARAMS:
+    own, _ = mechanisms()[args.mechanism]
+    for name in sorted({p for p, _ in mechanisms().values()}):
         if name != own and getattr(args, name) is not None:
             raise UsageError(f"argument --{name}: not allowed with --mechanism {args.mechanism} "
                              f"(use --{own})")
@@ -481,7 +448,7 @@ def _resolve(args) -> None:
 
 
 def _params(args, accountant) -> dict:
-    own, _ = MECHANISMS[args.mechanism]
+    own, _ = mechanisms()[args.mechanism]
     h = getattr(accountant, "interval", None)
     return {
         "mechanism": args.mechanism,
@@ -605,7 +572,7 @@ def _answer_notes(args, values, lo, hi, acc, caught) -> _Notes:
 def _run(args):
     """Build the mechanism and accountant, answer the query; returns (values, lo, hi, seconds, acc,
     notes)."""
-    _, make = MECHANISMS[args.mechanism]
+    _, make = mechanisms()[args.mechanism]
     values = args.delta if args.command == "epsilon" else args.epsilon
     with _quiet() as caught:
         t0 = time.perf_counter()
@@ -617,7 +584,7 @@ def _run(args):
     lo = np.atleast_1d(np.asarray(iv.lower, dtype=float))
     hi = np.atleast_1d(np.asarray(iv.upper, dtype=float))
     acc._cli_estimate = (np.atleast_1d(np.asarray(iv.estimate, dtype=float))
-                         if isinstance(iv, Estimate) else None)
+                         if iv.estimate is not None else None)
     return values, lo, hi, seconds, acc, _answer_notes(args, values, lo, hi, acc, caught)
 
 
@@ -681,6 +648,10 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (the console script passes it to sys.exit)."""
+    try:
+        load_plugins()  # mechanisms and methods named in $PLDLIB_PLUGINS
+    except ImportError as e:
+        return _fail(str(e), EXIT_USAGE)
     parser = build_parser()
     try:
         if allocator.enabled(default=True):  # (a short process of our own: docs in pldlib.allocator)

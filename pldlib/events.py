@@ -21,7 +21,7 @@ Base mechanisms (one release):
 Wrappers:
 
 * :class:`Sampled` -- ``event`` run on a random subset, ``q`` the sampling rate and
-  ``scheme`` a name from the sampling registry (``poisson``, ``wor``, ...)
+  ``sampling`` a name from the sampling registry (``poisson``, ``wor``, ...)
 * :class:`SelfComposed` -- ``event`` repeated ``count`` times
 * :class:`Composed` -- a sequence of events
 * :class:`NoOp` -- releases nothing (composes to the identity)
@@ -31,6 +31,7 @@ single-step events (a base mechanism, possibly sampled) and their counts.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -39,7 +40,8 @@ from . import _validate as V
 
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "ApproxDPEvent",
-    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "Sampled", "SelfComposed", "Composed", "NoOp",
+    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "Sampled", "SelfComposed",
+    "Composed", "NoOp",
     "flatten", "is_step",
 ]
 
@@ -77,6 +79,67 @@ class GaussianEvent(BaseEvent):
     def __post_init__(self):
         object.__setattr__(self, "sigma", V.positive_finite("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", V.positive_finite("sensitivity", self.sensitivity))
+
+
+@dataclass(frozen=True, repr=False)
+class MixtureOfGaussiansEvent(BaseEvent):
+    """Gaussian noise of standard deviation ``sigma`` added to a query whose difference between
+    neighbours is a random shift: ``sensitivities[i]`` with probability ``probabilities[i]``
+    (the same units as ``sigma``).  Remove: N(0, sigma^2) against sum_i p_i N(c_i, sigma^2);
+    add: the reverse (docs/MATH.md section 13.6; dp_accounting's ``MixtureOfGaussiansDpEvent``,
+    the conditional-composition analysis of matrix mechanisms).
+
+    Sensitivities are >= 0 (norms), probabilities >= 0 summing to 1 (within 1e-9).
+    ``{0: 1 - q, c: q}`` is the Poisson-subsampled Gaussian with noise multiplier sigma / c,
+    and composes as exactly that event (:meth:`canonical`)."""
+
+    sigma: float
+    sensitivities: tuple
+    probabilities: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "sigma", V.positive_finite("sigma", self.sigma))
+        c = _real_tuple("sensitivities", self.sensitivities)
+        p = _real_tuple("probabilities", self.probabilities)
+        if len(c) != len(p) or not c:
+            raise ValueError(f"sensitivities and probabilities: one probability per sensitivity, got "
+                             f"{len(c)} and {len(p)}")
+        if any(not math.isfinite(x) or x < 0 for x in c):
+            raise ValueError(f"sensitivities must be finite and >= 0, got {V.fmt(min(c))}")
+        if any(not math.isfinite(x) or x < 0 for x in p) or abs(math.fsum(p) - 1.0) > 1e-9:
+            raise ValueError(f"probabilities must be >= 0 and sum to 1, got sum {V.fmt(math.fsum(p))}")
+        object.__setattr__(self, "sensitivities", c)
+        object.__setattr__(self, "probabilities", p)
+
+    def canonical(self) -> "Event":
+        """The simplest equal event: ``NoOp`` (every shift 0), ``GaussianEvent(sigma / c)`` (one
+        shift c > 0 with probability 1), ``Sampled(GaussianEvent(sigma / c), q, "poisson")``
+        (shifts 0 and c > 0); else the mixture itself (equal shifts merged, zero weights dropped)."""
+        merged: dict = {}
+        for ci, pi in zip(self.sensitivities, self.probabilities):
+            if pi > 0:
+                merged[ci] = merged.get(ci, 0.0) + pi
+        pos = {ci: pi for ci, pi in merged.items() if ci > 0}
+        if not pos:
+            return NoOp()
+        if len(pos) == 1:
+            (c, q), = pos.items()
+            q = 1.0 if 0.0 not in merged else q
+            g = GaussianEvent(self.sigma / c)
+            return g if q >= 1.0 else Sampled(g, q, "poisson")
+        return self
+
+
+def _real_tuple(name: str, values) -> tuple:
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be a list of numbers, got {V.fmt(values)}")
+    try:
+        vals = tuple(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of numbers, got {V.fmt(values)}") from None
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__") for v in vals):
+        raise TypeError(f"{name} must be a list of numbers, got {V.fmt(values)}")
+    return tuple(float(v) for v in vals)
 
 
 @dataclass(frozen=True, repr=False)
@@ -128,7 +191,7 @@ class LatticeEvent(BaseEvent):
 
 @dataclass(frozen=True, repr=False)
 class DiscreteLaplaceEvent(BaseEvent):
-    """Discrete Laplace noise (pmf proportional to e^(-|x|/scale) on the integers) added to
+    """Discrete Laplace noise (pmf proportional to ``e^(-|x|/scale)`` on the integers) added to
     an integer query of sensitivity ``sensitivity``."""
 
     scale: float
@@ -152,43 +215,49 @@ class ProfileEvent(BaseEvent):
     add_profile: object = None
 
     def __post_init__(self):
-        from .profiles import PrivacyProfile
-
-        if not isinstance(self.profile, PrivacyProfile):
+        # a privacy profile (pldlib.profiles.PrivacyProfile) by what it offers: events sit below
+        # the profiles and do not import them
+        if not _is_profile(self.profile):
             raise TypeError(f"profile must be a PrivacyProfile, got {type(self.profile).__name__}")
-        if self.add_profile is not None and not isinstance(self.add_profile, PrivacyProfile):
+        if self.add_profile is not None and not _is_profile(self.add_profile):
             raise TypeError(f"add_profile must be a PrivacyProfile or None, got {type(self.add_profile).__name__}")
 
 
 @dataclass(frozen=True, repr=False)
 class Sampled(Event):
-    """``event`` applied to a random subset: each record's inclusion follows ``scheme``
-    at rate ``q`` (``q = 1``: every record is used, i.e. no sampling).
+    """``event`` applied to a random subset: each record's inclusion follows the sampling
+    scheme ``sampling`` at rate ``q`` (``q = 1``: every record is used, i.e. no sampling).
 
-    ``group`` > 1 is user-level accounting: the protected unit is a user with up to
-    ``group`` records, each sampled by ``scheme`` (docs/MATH.md section 13.1; Gaussian
+    ``sampling`` names a scheme of :mod:`pldlib.sampling` (``poisson``, ``wor``,
+    ``random_allocation``, ``shuffle``); an unknown name is refused when the event is
+    composed.  ``group`` > 1 is user-level accounting: the protected unit is a user with up
+    to ``group`` records, each sampled by ``sampling`` (docs/MATH.md section 13.1; Gaussian
     noise, schemes ``poisson`` and ``wor``, relations add / remove / add_remove)."""
 
     event: BaseEvent
     q: float
-    scheme: str = "poisson"
+    sampling: str = "poisson"
     group: int = 1
 
     def __post_init__(self):
-        from .sampling import scheme_names
-
         if not isinstance(self.event, BaseEvent):
             raise TypeError(f"event: Sampled wraps a base mechanism event, got {self.event!r}")
         object.__setattr__(self, "q", V.sampling_rate("q", self.q))
-        V.choice("scheme", self.scheme, scheme_names())
+        if not isinstance(self.sampling, str) or not self.sampling.isidentifier():
+            raise ValueError(f"sampling: a sampling scheme's name (e.g. 'poisson'), got {V.fmt(self.sampling)}")
         object.__setattr__(self, "group", V.positive_int("group", self.group))
         if self.group > 1 and self.q == 1.0:
             raise ValueError("group: a Sampled event at q = 1 is not sampled; a group of g records without "
                              "sampling is the base event with sensitivity g times larger")
 
     def __repr__(self) -> str:
-        args = f"event={self.event!r}, q={_fmt(self.q)}, scheme={self.scheme!r}"
+        args = f"event={self.event!r}, q={_fmt(self.q)}, sampling={self.sampling!r}"
         return f"Sampled({args}{f', group={self.group}' if self.group != 1 else ''})"
+
+    @property
+    def scheme(self) -> str:
+        """The sampling scheme's name (the same as :attr:`sampling`)."""
+        return self.sampling
 
 
 @dataclass(frozen=True, repr=False)
@@ -239,6 +308,10 @@ def flatten(event: Event, count: int = 1) -> list[tuple[Event, int]]:
             return
         if isinstance(e, Sampled) and e.q == 1.0:
             e = e.event
+        if isinstance(e, MixtureOfGaussiansEvent):
+            e = e.canonical()
+            if isinstance(e, NoOp):
+                return
         if is_step(e):
             key = e if _hashable(e) else ("id", id(e))
             if key in out:
@@ -263,3 +336,7 @@ def _hashable(e) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _is_profile(obj) -> bool:
+    return all(callable(getattr(obj, m, None)) for m in ("sf_p", "sf_q", "delta"))

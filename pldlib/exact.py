@@ -398,7 +398,68 @@ class BinomialExact:
         lo = self._delta_with(self.m_lo, eps, False)
         hi = self._delta_with(self.m_hi, eps, True)
         # for eps < -K eps0 the truth is 1 - e^eps (every loss is above eps)
-        return lo, hi
+        rlo, rhi = self._boundary_refined(eps)
+        return np.maximum(lo, rlo), np.minimum(hi, rhi)
+
+    def _boundary_refined(self, eps):
+        """Bounds that treat the boundary atom (the first whose outward-rounded loss exceeds
+        eps) in double-double: its loss l_i = n eps0 = prod + err exactly (Dekker), so
+        d = l_i - eps = s + e2 + err with (s, e2) Knuth's exact two-sum of prod and -eps; its
+        term m_i (1 - e^{-d})_+ is bounded through d +- r (r covers the two roundings of
+        summing the three doubles; a further 1e-320 absolute covers products below the
+        normal range).  The atoms after it (losses above eps by at least one
+        step 2 eps0 minus an ulp, checked) use the suffix-sum formula.  Where the refinement
+        does not apply, the trivial bounds (0, 1) are returned (the caller keeps the better)."""
+        n = self.j.size
+        shape = eps.shape
+        e = eps.ravel()
+        lo = np.zeros(e.shape)
+        hi = np.ones(e.shape)
+        if not (1e-250 <= self.eps0 <= 1e250) or n == 0:
+            return lo.reshape(shape), hi.reshape(shape)
+        i = np.searchsorted(self.loss_hi, e, side="right")
+        for idx in range(e.size):
+            ii, x = int(i[idx]), float(e[idx])
+            if ii >= n or not math.isfinite(x):
+                continue
+            if ii + 1 < n and not self.loss_lo[ii + 1] > x:
+                continue
+            c = float(2 * self.j[ii] - self.K)
+            prod = c * self.eps0
+            ch, cl = _split(c)
+            xh, xl = _split(self.eps0)
+            err = ((ch * xh - prod) + ch * xl + cl * xh) + cl * xl  # exact: c eps0 = prod + err
+            s = prod - x
+            bp = s + x
+            e2 = (prod - bp) + (-x - (s - bp))  # exact: prod - x = s + e2
+            t = e2 + err
+            d = s + t
+            r = 4 * U * (abs(d) + abs(e2) + abs(err)) + 1e-300
+            d_lo, d_hi = d - r, d + r
+            f_hi = -math.expm1(-d_hi) * (1 + 4 * U) if d_hi > 0 else 0.0
+            f_lo = max(-math.expm1(-d_lo) * (1 - 4 * U), 0.0) if d_lo > 0 else 0.0
+            up_i = self.m_hi[ii] * f_hi * (1 + 2 * U)
+            lo_i = self.m_lo[ii] * f_lo * (1 - 2 * U)
+            if ii + 1 < n:
+                rest_hi = float(self._rest(self.m_hi, ii + 1, x, True))
+                rest_lo = float(self._rest(self.m_lo, ii + 1, x, False))
+            else:
+                rest_hi = rest_lo = 0.0
+            # (1e-320: the absolute rounding of the few products that may fall below the
+            # normal range)
+            hi[idx] = min((up_i + rest_hi) * (1 + 2 * U) + 1e-320 + self.tail, 1.0)
+            lo[idx] = max((lo_i + rest_lo) * (1 - 2 * U) - 1e-320, 0.0)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def _rest(self, m, i, eps, upper):
+        """sum_{j >= i} m_j (1 - e^{eps - l_j}) bounded as in :meth:`_delta_with`, from atom i
+        (whose outward-rounded losses on both sides are above eps)."""
+        A, B = self._sums(m)
+        loss = self.loss_hi if upper else self.loss_lo
+        val = A[i] - math.exp(eps - loss[i]) * B[i]
+        nerr = 2 * (math.log2(m.size + 1) + 4) * U
+        pad = 4 * U * (abs(eps) + abs(loss[i]) + 1) * A[i]
+        return val * (1 + nerr) + pad if upper else max(val * (1 - nerr) - pad, 0.0)
 
     def epsilon_bounds(self, deltas):
         deltas = np.asarray(deltas, dtype=float)

@@ -22,7 +22,7 @@ from .profiles.pairs import Branch, maths_of
 from .profiles.base import PrivacyProfile
 
 __all__ = ["Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
-           "Branch"]
+           "Branch", "MechanismSpec", "register_mechanism", "mechanism_spec", "mechanism_names"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class Laplace(Mechanism):
 
 @dataclass(frozen=True, repr=False)
 class DiscreteLaplace(Mechanism):
-    """Discrete Laplace mechanism: noise with pmf proportional to e^(-|x|/scale) on the
+    """Discrete Laplace mechanism: noise with pmf proportional to ``e^(-|x|/scale)`` on the
     integers, integer sensitivity ``sensitivity``; exact pairs for every sampling and relation."""
 
     scale: float
@@ -183,3 +183,75 @@ class Custom(Mechanism):
 
     def base_event(self):
         return E.ProfileEvent(self.profile, self.add_profile)
+
+
+# -- descriptors: what the CLI and the sweep configs read ------------------------------------
+@dataclass(frozen=True)
+class MechanismSpec:
+    """A mechanism as the command line and the sweep configs know it.
+
+    ``name`` is its ``--mechanism`` / ``mechanism:`` value; ``cls`` the :class:`Mechanism`
+    subclass; ``noise`` the name of its noise parameter, which is its CLI flag (``--sigma``),
+    the keyword of ``cls`` and the value a sweep's ``sigma`` axis holds for it; ``more_private``
+    says which way the noise parameter makes it more private (``"up"``: larger is more
+    private, e.g. sigma; ``"down"``: smaller is, e.g. eps0); ``help`` describes it.
+    """
+
+    name: str
+    cls: type
+    noise: str
+    help: str
+    more_private: str = "up"
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.noise}"
+
+    def make(self, noise: float, **kw) -> Mechanism:
+        """``cls(noise=..., **kw)``; ``sensitivity`` is dropped when it is 1 and ``cls`` has none,
+        refused otherwise."""
+        types = {f.name: f.type for f in fields(self.cls)}
+        if "sensitivity" in kw and "sensitivity" not in types:
+            if kw["sensitivity"] != 1.0:
+                raise ValueError(f"sensitivity: {self.name} has no sensitivity parameter")
+            kw.pop("sensitivity")
+        for k, v in kw.items():  # an integer parameter given as a whole float (command lines, YAML)
+            if types.get(k) in (int, "int") and isinstance(v, float) and v.is_integer():
+                kw[k] = int(v)
+        return self.cls(**{self.noise: noise}, **kw)
+
+
+_SPECS: dict[str, MechanismSpec] = {}
+
+
+def register_mechanism(spec: MechanismSpec) -> MechanismSpec:
+    """Make ``spec`` known to the CLI (``--mechanism``, its noise flag) and the sweep configs."""
+    if not isinstance(spec, MechanismSpec):
+        raise TypeError(f"spec: a MechanismSpec, got {spec!r}")
+    if not (isinstance(spec.cls, type) and issubclass(spec.cls, Mechanism)):
+        raise TypeError(f"spec.cls: a Mechanism subclass, got {spec.cls!r}")
+    if spec.noise not in {f.name for f in fields(spec.cls)}:
+        raise ValueError(f"spec.noise: {spec.cls.__name__} has no parameter {spec.noise!r}")
+    V.choice("more_private", spec.more_private, ("up", "down"))
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def mechanism_spec(name: str) -> MechanismSpec:
+    """The registered :class:`MechanismSpec` called ``name``."""
+    V.choice("mechanism", name, tuple(_SPECS))
+    return _SPECS[name]
+
+
+def mechanism_names() -> tuple[str, ...]:
+    """Names of the registered mechanisms (CLI ``--mechanism``, config ``mechanism:``)."""
+    return tuple(_SPECS)
+
+
+register_mechanism(MechanismSpec("gaussian", Gaussian, "sigma",
+                                 "Gaussian noise multiplier (noise std = sigma * sensitivity)"))
+register_mechanism(MechanismSpec("laplace", Laplace, "scale", "Laplace noise scale b"))
+register_mechanism(MechanismSpec("discrete_laplace", DiscreteLaplace, "scale",
+                                 "discrete Laplace scale (pmf proportional to exp(-|x|/scale))"))
+register_mechanism(MechanismSpec("randomized_response", RandomizedResponse, "eps0",
+                                 "randomized response parameter eps0 (no subsampling)", more_private="down"))

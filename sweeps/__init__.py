@@ -12,7 +12,7 @@ Nothing here starts a cluster or touches a store at import time (worker
 processes re-import this package).
 """
 from .config import ConfigError, SweepConfig, load_config, parse_config
-from .methods import get_method, method_names, register
+from .methods import method_names
 from .plan import BLOCK_DIMS, DIMS, Block, Plan, make_plan
 from .store import STATUS_FAILED, STATUS_MISSING, STATUS_OK, StoreError, open_dataset
 
@@ -26,7 +26,7 @@ def run_sweep(*args, **kwargs):
 
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config",
-    "register", "get_method", "method_names",
+    "method_names",
     "DIMS", "BLOCK_DIMS", "Block", "Plan", "make_plan",
     "StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "open_dataset",
     "run_sweep",

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from .store import StoreError
+
 __all__ = ["export", "atlas_from_store", "merge_atlases", "verify", "main"]
 
 
@@ -32,11 +34,11 @@ def atlas_from_store(store: str, method: str = "pld"):
     Cells that failed (or were not computed) are NaN: a NaN upper bound certifies
     nothing and a NaN lower bound proves nothing, so look-ups skip them.
     """
-    import xarray as xr
-
     from pldlib.atlas import Atlas
 
-    ds = xr.open_zarr(store, chunks=None)
+    from .store import open_dataset
+
+    ds = open_dataset(store)
     if ds.attrs.get("mechanism", "gaussian") != "gaussian":
         raise ValueError(f"{store}: an atlas needs the gaussian mechanism, got {ds.attrs.get('mechanism')!r}")
     methods = [str(m) for m in ds["method"].values]
@@ -237,6 +239,7 @@ def _timings(atlas_path: str, atlas, rng) -> dict:
     return {"lookup_100k_seconds": bulk, "open_and_query_beyond_import_seconds": float(np.median(extra))}
 
 
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sweeps.atlas", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -272,7 +275,7 @@ def main(argv=None) -> int:
             with open(a.json_out, "w") as f:
                 json.dump(res, f, indent=1)
         return 0 if res["figures"]["violations"] == 0 else 1
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, StoreError) as e:
         print(f"sweeps.atlas: error: {e}", file=sys.stderr)
         return 2
 

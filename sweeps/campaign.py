@@ -70,11 +70,8 @@ def _kinds() -> dict:
     """Method -> what its numbers are, from pldlib's method registry (the peers are ``peer``)."""
     from pldlib.methods import method_info, method_names
 
-    from .peers import PEERS
-
-    out = {m: {"upper": "upper bound"}.get(method_info(m).kind, method_info(m).kind) for m in method_names()}
-    out.update({p: "peer" for p in PEERS})
-    return out
+    return {m: {"upper": "upper bound"}.get(method_info(m).kind, method_info(m).kind)
+            for m in method_names(installed=False)}
 
 
 KINDS = _kinds()

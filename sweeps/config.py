@@ -57,8 +57,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pldlib import _validate as V  # noqa: E402
 from pldlib._validate import RELATIONS as _RELATIONS  # noqa: E402
+from pldlib.mechanisms import mechanism_names, mechanism_spec  # noqa: E402
 from pldlib.sampling import sampling_names  # noqa: E402
+from .errors import ConfigError  # noqa: E402,F401
 
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
@@ -68,8 +71,9 @@ __all__ = [
 
 #: grid axes, in the order of the dataset dimensions (``method`` comes from ``methods``)
 AXES = ("sigma", "q", "steps", "delta", "sampling", "relation")
-#: what the ``sigma`` axis means for each mechanism
-MECHANISMS = {"gaussian": "noise multiplier sigma", "laplace": "noise scale b"}
+#: what the ``sigma`` axis means for each mechanism: its noise parameter, from pldlib's mechanism
+#: descriptors (:func:`pldlib.mechanisms.mechanism_spec`)
+MECHANISMS = {n: f"{mechanism_spec(n).noise}: {mechanism_spec(n).help}" for n in mechanism_names()}
 #: the mechanism of a config without ``mechanism:`` (announced when a run starts, stored in attrs)
 DEFAULT_MECHANISM = "gaussian"
 #: sampling names and relations: read from pldlib (their one definition each)
@@ -90,15 +94,6 @@ FINGERPRINT_EXCLUDED_OPTIONS = ("sleep",)
 CONFIG_FORMAT = 1
 #: largest accepted steps value (the store keeps steps as int64)
 MAX_STEPS = 10**18
-
-
-class ConfigError(ValueError):
-    """A bad config; ``field`` names the offending entry (``grid.sigma[2]``)."""
-
-    def __init__(self, field: str, problem: str):
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{field}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -174,8 +169,11 @@ class SweepConfig:
 
 
 # -- scalar checks -------------------------------------------------------------
-def _number(fld: str, v) -> float:
-    # PyYAML (YAML 1.1) reads "1e-5" (no dot) as a string: accept numeric strings
+def _checked(check, fld: str, v, *extra, what: str = ""):
+    """A config value through a validator of :mod:`pldlib._validate` (the one set of argument
+    checks, shared with the API and the CLI); its error as a :class:`ConfigError` naming
+    ``fld``.  PyYAML (YAML 1.1) reads "1e-5" (no dot) as a string: numeric strings are
+    accepted."""
     if isinstance(v, str):
         try:
             v = float(v)
@@ -183,42 +181,33 @@ def _number(fld: str, v) -> float:
             raise ConfigError(fld, f"must be a number, got {v!r}") from None
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ConfigError(fld, f"must be a number, got {v!r}")
-    v = float(v)
-    if not math.isfinite(v):
-        raise ConfigError(fld, f"must be finite, got {v!r}")
-    return v
+    try:
+        return check(what or "value", v, *extra)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(fld, str(e).removeprefix("value ")) from None
+
+
+def _number(fld: str, v) -> float:
+    return _checked(V.finite, fld, v)
 
 
 def _positive(fld, v) -> float:
-    v = _number(fld, v)
-    if v <= 0:
-        raise ConfigError(fld, f"must be > 0, got {v!r}")
-    return v
+    return _checked(V.positive_finite, fld, v)
 
 
 def _q(fld, v) -> float:
-    v = _number(fld, v)
-    if not (0.0 < v <= 1.0):
-        raise ConfigError(fld, f"sampling rate must be in (0, 1], got {v!r}")
-    return v
+    return _checked(V.sampling_rate, fld, v, what="sampling rate")
 
 
 def _delta(fld, v) -> float:
-    v = _number(fld, v)
-    if not (0.0 < v < 1.0):
-        raise ConfigError(fld, f"delta must be in (0, 1), got {v!r}")
-    return v
+    return _checked(V.probability_open, fld, v, what="delta")
 
 
 def _steps(fld, v) -> int:
-    if isinstance(v, bool):
-        raise ConfigError(fld, f"steps must be an integer >= 1, got {v!r}")
-    x = _number(fld, v)
-    if not x.is_integer() or x < 1:
-        raise ConfigError(fld, f"steps must be an integer >= 1, got {v!r}")
+    x = _checked(V.steps, fld, v, what="steps")
     if x > MAX_STEPS:
-        raise ConfigError(fld, f"steps must be <= {MAX_STEPS:.0e} (stored as int64), got {v!r}")
-    return int(x)
+        raise ConfigError(fld, f"must be <= {MAX_STEPS:.0e} (steps are stored as int64), got {v!r}")
+    return x
 
 
 def _fpr(fld, v) -> float:
@@ -319,7 +308,7 @@ def _axis(fld: str, name: str, spec) -> tuple:
 
 
 def _options(methods: tuple[str, ...], spec, variants: dict | None = None) -> dict:
-    from .methods import get_method
+    from .methods import validate_options
 
     variants = variants or {}
 
@@ -337,7 +326,7 @@ def _options(methods: tuple[str, ...], spec, variants: dict | None = None) -> di
             raise ConfigError(f"options.{m}", f"must be a mapping option -> value, got {given!r}")
         if "variant_of" in given:
             raise ConfigError(f"options.{m}.variant_of", "is set from variants:, not given as an option")
-        out[m] = get_method(variants.get(m, m)).validate_options(f"options.{m}", given)
+        out[m] = validate_options(variants.get(m, m), f"options.{m}", given)
         if m in variants:
             out[m]["variant_of"] = variants[m]
     return out
@@ -398,8 +387,14 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
 
     ``quick``: apply the config's ``quick:`` section (see the module doc).
     """
-    from .methods import method_names
-    from .peers import check_available
+    from pldlib.plugins import load_plugins
+
+    from .methods import check_available, method_names
+
+    try:
+        load_plugins()  # mechanisms and methods named in $PLDLIB_PLUGINS
+    except ImportError as e:
+        raise ConfigError("PLDLIB_PLUGINS", str(e).removeprefix("PLDLIB_PLUGINS: ")) from None
 
     if not isinstance(data, dict):
         raise ConfigError("config", f"must be a mapping of keys (name, grid, ...), got {type(data).__name__}")
@@ -430,8 +425,8 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         raise ConfigError("store", f"must be a path or URL string, got {store!r}")
     mechanism_default = "mechanism" not in data
     mechanism = data.get("mechanism", DEFAULT_MECHANISM)
-    if not isinstance(mechanism, str) or mechanism.lower() not in MECHANISMS:
-        raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(MECHANISMS)})")
+    if not isinstance(mechanism, str) or mechanism.lower() not in mechanism_names():
+        raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(mechanism_names())})")
     mechanism = mechanism.lower()
 
     variants = data.get("variants") or {}
@@ -448,7 +443,7 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         methods = [methods]
     if not isinstance(methods, list) or not methods:
         raise ConfigError("methods", "must be a non-empty list of method names")
-    known = method_names() + sorted(variants)
+    known = method_names() + tuple(sorted(variants))
     for i, m in enumerate(methods):
         if not isinstance(m, str) or m not in known:
             raise ConfigError(f"methods[{i}]", f"unknown method {m!r} (available: {', '.join(known)})")

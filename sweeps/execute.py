@@ -29,12 +29,12 @@ import numpy as np
 from pldlib import allocator
 
 from .config import SweepConfig, check_store_writable, load_config
-from .lease import HEARTBEAT, STALE_AFTER, Lease
+from .lease import HEARTBEAT, STALE_AFTER, Lease, check_store
 from .plan import DIMS, TPR_DIMS, make_plan
 from .preflight import (DEFAULT_WORKER_TIMEOUT, MAX_INFLIGHT, ClusterError, check_size, check_workers,
                         estimate_config, summarize_workers)
 from .provenance import code_changes, environment
-from .store import (STATUS_DONE, STATUS_OK, BlockWriter, StoreError, block_states, check_store, claim_new,
+from .store import (STATUS_DONE, STATUS_OK, BlockWriter, StoreError, block_states, claim_new,
                     claim_restart, now_iso, read_attrs, read_status, update_attrs)
 
 __all__ = ["RunReport", "run_sweep", "make_client", "slurm_cluster", "Progress", "Terminated", "dashboard_link",
@@ -414,12 +414,7 @@ def _lost_message(lost: str, path: str, store_id, run: int) -> str:
         kept = "the store was made again by someone else: the blocks this run wrote are not in it"
     else:
         try:
-            import zarr
-
-            from .store import _quiet
-
-            with _quiet():
-                n = int((np.asarray(zarr.open_group(path, mode="r")["run"][...]) == run).sum())
+            n = int((read_status(path, "run") == run).sum())
             kept = (f"{n} block{'s' if n != 1 else ''} written by this run (run {run}) "
                     f"{'are' if n != 1 else 'is'} in the store")
         except Exception as e:
@@ -454,7 +449,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
 
     status, tpr_status = status
 
-    from .peers import run_block  # sweeps.methods.run_block + estimates and unsupported cells
+    from .methods import run_block
 
     path = plan.config.store
     attrs = read_attrs(path)

@@ -32,10 +32,12 @@ import threading
 import time
 import uuid
 
-from .store import StoreError, _create_exclusive, _fs, _is_local
+from .plan import Plan
+from .store import (PROBE_PREFIX, StoreError, _check_layout, _create_exclusive, _fs, _is_local, claim_restart,
+                    create_skeleton, process_start, read_attrs, read_creating, store_exists)
 
 __all__ = ["LEASE_NAME", "Lease", "LeaseHeld", "read_lease", "lease_state", "owner_state", "describe_owner",
-           "creator_state", "UNREADABLE_AFTER",
+           "creator_state", "UNREADABLE_AFTER", "check_store", "prepare_store",
            "process_start", "run_states", "mark_abandoned", "HEARTBEAT", "STALE_AFTER"]
 
 LEASE_NAME = "sweeps.lease.json"
@@ -76,19 +78,6 @@ def _unreadable_age(store: str) -> float | None:
         return time.time() - os.stat(_local(store)).st_mtime
     except OSError:
         return None
-
-
-def process_start(pid: int) -> float | None:
-    """Start time (unix seconds) of process ``pid`` on this host; None if there is no such process.
-    Raises nothing: a process that cannot be inspected (another user's) gives ``0.0`` (exists)."""
-    import psutil
-
-    try:
-        return float(psutil.Process(int(pid)).create_time())
-    except (psutil.NoSuchProcess, ValueError):
-        return None
-    except psutil.Error:  # AccessDenied, ZombieProcess: it exists
-        return 0.0
 
 
 def _pid_alive(pid: int, start: float | None = None) -> bool:
@@ -337,3 +326,63 @@ def mark_abandoned(store: str, summary: dict) -> dict:
     """``sweeps status``: :func:`run_states` applied to ``summary['runs']``."""
     summary["runs"] = run_states(store, summary.get("runs", []))
     return summary
+
+
+# -- what a driver may do with a store path ------------------------------------------------
+def check_store(path: str, plan: Plan, restart: bool = False) -> str:
+    """What ``prepare_store`` would do with ``path``: 'create', 'resume' or 'restart'.
+
+    Writes nothing.  Raises :class:`StoreError` when ``path`` holds a store
+    made from another config and ``restart`` is false, holds something that
+    is not a sweeps store (never deleted, not even with ``restart``), is being
+    created by a live driver, or was left half-created by a driver that is
+    gone and ``restart`` is false.
+    """
+    fp = plan.config.fingerprint()
+    if not store_exists(path):
+        return "create"
+    creating = read_creating(path)
+    if creating is not None:
+        state = creator_state(path, creating)
+        what = "restarted" if creating.get("action") == "restart" else "created"
+        if state == "live":
+            raise StoreError(f"{path!r} is being {what} by another driver, {describe_owner(creating)}, which "
+                             f"then runs the sweep; wait for it (sweeps status {path}) or choose another --store")
+        if not restart:
+            why = state.removeprefix("stale: ")
+            raise StoreError(f"{path!r} was left half-created by a driver that is gone ({why}; it was "
+                             f"{describe_owner(creating)}); it holds no results: pass --restart to clear it "
+                             "and create it again")
+        return "restart"
+    attrs = read_attrs(path)
+    fs, p = _fs(path)
+    if attrs is None or "sweeps_fingerprint" not in attrs:
+        if fs.isdir(p) and not [q for q in fs.ls(p, detail=False)
+                                if not q.rstrip("/").rsplit("/", 1)[-1].startswith(PROBE_PREFIX)]:
+            return "create"  # an empty directory (perhaps another driver's writability probe in it): use it
+        raise StoreError(f"{path!r} exists and is not a sweeps store; choose another --store "
+                         "(it is never overwritten, not even with --restart)")
+    if attrs["sweeps_fingerprint"] != fp and not restart:
+        raise StoreError(
+            f"{path!r} was made from a different config (fingerprint "
+            f"{attrs['sweeps_fingerprint'][:12]} != {fp[:12]}); use --restart to start over "
+            "or choose another --store")
+    if restart:
+        return "restart"
+    _check_layout(path, plan)
+    return "resume"
+
+
+def prepare_store(path: str, plan: Plan, restart: bool = False, action: str | None = None) -> str:
+    """Make ``path`` ready for ``plan`` (without a lease; the driver uses :func:`claim_new` /
+    :func:`claim_restart` with its lease); returns 'created', 'resumed' or 'restarted'.
+
+    ``action``: the result of :func:`check_store` if already known.
+    """
+    action = action or check_store(path, plan, restart)
+    if action == "resume":
+        return "resumed"
+    if action == "restart":
+        return claim_restart(path).build(plan)
+    create_skeleton(path, plan)
+    return "created"

@@ -1,6 +1,9 @@
-"""The zarr store of a sweep: skeleton, chunk-aligned region writes, status.
+"""The store of a sweep: skeleton, chunk-aligned region writes, status.
 
-Layout (an xarray Dataset, zarr format 3, consolidated metadata):
+A store keeps one xarray Dataset; its format (:class:`StoreFormat`) is chosen by
+the path (:func:`format_for`): zarr by default (:class:`ZarrFormat`), others
+added with :func:`register_format`.  Layout (zarr format 3, consolidated metadata
+for the default format):
 
 * cell variables, dims ``(sigma, q, steps, delta, sampling, relation, method)``:
   ``eps_lower``, ``eps_upper`` (float64, NaN where not computed),
@@ -68,7 +71,7 @@ from .plan import BLOCK_DIMS, DIMS, TPR_DIMS, Block, Plan
 __all__ = ["StoreError", "STATUS_MISSING", "STATUS_OK", "STATUS_FAILED", "STATUS_UNSUPPORTED",
            "STATUS_DONE", "STATUS_CODES",
            "CELL_VARS", "BLOCK_VARS", "TPR_VARS", "read_attrs", "store_exists", "create_skeleton",
-           "check_store", "prepare_store", "read_status", "CREATING_NAME", "read_creating", "Claim", "claim_new",
+           "read_status", "CREATING_NAME", "read_creating", "Claim", "claim_new",
            "claim_restart", "block_states", "BlockWriter", "update_attrs",
            "open_dataset", "now_iso"]
 
@@ -149,27 +152,19 @@ def store_exists(path: str) -> bool:
 
 
 def read_attrs(path: str) -> dict | None:
-    """The store's attrs, or None when ``path`` holds no zarr group."""
-    import zarr
-
-    try:
-        with _quiet():
-            g = zarr.open_group(path, mode="r")
-        return dict(g.attrs)
-    except Exception:
-        return None
+    """The store's attrs, or None when ``path`` holds no store of its format."""
+    return format_for(path).read_attrs(path)
 
 
 def open_dataset(path: str):
     """The sweep as an xarray Dataset (NumPy-backed)."""
-    import xarray as xr
-
     if not _is_local(path):
         _fs(path)  # a URL whose filesystem package is missing: say which
-    if read_attrs(path) is None:
-        raise StoreError(f"{path!r} is not a zarr store (nothing there, or not readable)")
+    fmt = format_for(path)
+    if fmt.read_attrs(path) is None:
+        raise StoreError(f"{path!r} is not a {fmt.name} store (nothing there, or not readable)")
     with _quiet():
-        return xr.open_zarr(path, chunks=None)
+        return fmt.open_dataset(path)
 
 
 def _template(plan: Plan, attrs: dict):
@@ -230,8 +225,10 @@ def _template(plan: Plan, attrs: dict):
     ds = xr.Dataset({k: xr.Variable(*v) for k, v in data.items()}, coords=coords)
     if plan.fprs:
         ds.coords["fpr"].attrs["long_name"] = "false-positive rate of the membership test"
-    ds.coords["sigma"].attrs["long_name"] = (
-        "Laplace noise scale b" if plan.config.mechanism == "laplace" else "Gaussian noise multiplier sigma")
+    from pldlib.mechanisms import mechanism_spec
+
+    spec = mechanism_spec(plan.config.mechanism)
+    ds.coords["sigma"].attrs["long_name"] = f"{spec.help} (the mechanism's {spec.noise})"
     ds.coords["q"].attrs["long_name"] = "sampling rate"
     ds.coords["steps"].attrs["long_name"] = "number of compositions"
     ds.attrs.update(attrs)
@@ -342,12 +339,23 @@ def read_creating(path: str) -> dict | None:
             "started": datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")}
 
 
+def process_start(pid: int) -> float | None:
+    """Start time (unix seconds) of process ``pid`` on this host; None if there is no such process.
+    Raises nothing: a process that cannot be inspected (another user's) gives ``0.0`` (exists)."""
+    import psutil
+
+    try:
+        return float(psutil.Process(int(pid)).create_time())
+    except (psutil.NoSuchProcess, ValueError):
+        return None
+    except psutil.Error:  # AccessDenied, ZombieProcess: it exists
+        return 0.0
+
+
 def _owner_info(lease, action: str) -> dict:
     if lease is not None:
         info = {k: lease.info.get(k) for k in ("token", "host", "pid", "pid_start", "started", "heartbeat")}
     else:
-        from .lease import process_start
-
         info = {"token": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
                 "pid_start": process_start(os.getpid()), "started": now_iso(), "heartbeat": time.time()}
     info["action"] = action
@@ -391,8 +399,9 @@ class Claim:
     def build(self, plan: Plan) -> str:
         """Write the skeleton of ``plan`` into the claimed store, then drop the marker;
         returns 'created' or 'restarted'.  Local stores: built in a hidden folder inside the
-        store and moved into place, ``zarr.json`` last."""
+        store and moved into place, the format's own metadata (zarr: ``zarr.json``) last."""
         ds, encoding = _skeleton(plan)
+        fmt = format_for(self.path)
         try:
             if _is_local(self.path):
                 root = _local_path(self.path)
@@ -400,8 +409,8 @@ class Claim:
                 if tmp.exists():
                     shutil.rmtree(tmp)
                 with _quiet():
-                    ds.to_zarr(str(tmp), compute=False, mode="w-", encoding=encoding)
-                names = sorted(os.listdir(tmp), key=lambda n: n == "zarr.json")  # the group's metadata last
+                    fmt.write_skeleton(str(tmp), ds, encoding, append=False)
+                names = sorted(os.listdir(tmp), key=lambda n: n in fmt.last)  # what makes it a store last
                 for n in names:
                     os.rename(tmp / n, root / n)
                     self.moved.append(n)
@@ -409,7 +418,7 @@ class Claim:
             else:
                 self.info["url_written"] = True
                 with _quiet():
-                    ds.to_zarr(self.path, compute=False, mode="a", encoding=encoding)
+                    fmt.write_skeleton(self.path, ds, encoding, append=True)
             self._remove_marker()
         except OSError as e:
             raise StoreError(f"cannot create {self.path!r}: {e.strerror or e}") from None
@@ -455,7 +464,7 @@ class Claim:
 
 def claim_new(path: str, lease=None, holder: list | None = None) -> Claim | None:
     """Claim the new store ``path`` for this driver, exclusively; None when another driver
-    claimed it first (then :func:`check_store` says what is there).
+    claimed it first (then :func:`sweeps.lease.check_store` says what is there).
 
     Local: the store folder is made (``mkdir``; an existing empty folder is used), and the
     exclusive step is the creation of the marker :data:`CREATING_NAME` with ``O_CREAT |
@@ -562,87 +571,22 @@ def create_skeleton(path: str, plan: Plan) -> None:
     claim.build(plan)
 
 
-def check_store(path: str, plan: Plan, restart: bool = False) -> str:
-    """What ``prepare_store`` would do with ``path``: 'create', 'resume' or 'restart'.
-
-    Writes nothing.  Raises :class:`StoreError` when ``path`` holds a store
-    made from another config and ``restart`` is false, holds something that
-    is not a sweeps store (never deleted, not even with ``restart``), is being
-    created by a live driver, or was left half-created by a driver that is
-    gone and ``restart`` is false.
-    """
-    fp = plan.config.fingerprint()
-    if not store_exists(path):
-        return "create"
-    creating = read_creating(path)
-    if creating is not None:
-        from .lease import creator_state, describe_owner
-
-        state = creator_state(path, creating)
-        what = "restarted" if creating.get("action") == "restart" else "created"
-        if state == "live":
-            raise StoreError(f"{path!r} is being {what} by another driver, {describe_owner(creating)}, which "
-                             f"then runs the sweep; wait for it (sweeps status {path}) or choose another --store")
-        if not restart:
-            why = state.removeprefix("stale: ")
-            raise StoreError(f"{path!r} was left half-created by a driver that is gone ({why}; it was "
-                             f"{describe_owner(creating)}); it holds no results: pass --restart to clear it "
-                             "and create it again")
-        return "restart"
-    attrs = read_attrs(path)
-    fs, p = _fs(path)
-    if attrs is None or "sweeps_fingerprint" not in attrs:
-        if fs.isdir(p) and not [q for q in fs.ls(p, detail=False)
-                                if not q.rstrip("/").rsplit("/", 1)[-1].startswith(PROBE_PREFIX)]:
-            return "create"  # an empty directory (perhaps another driver's writability probe in it): use it
-        raise StoreError(f"{path!r} exists and is not a sweeps store; choose another --store "
-                         "(it is never overwritten, not even with --restart)")
-    if attrs["sweeps_fingerprint"] != fp and not restart:
-        raise StoreError(
-            f"{path!r} was made from a different config (fingerprint "
-            f"{attrs['sweeps_fingerprint'][:12]} != {fp[:12]}); use --restart to start over "
-            "or choose another --store")
-    if restart:
-        return "restart"
-    _check_layout(path, plan)
-    return "resume"
-
-
-def prepare_store(path: str, plan: Plan, restart: bool = False, action: str | None = None) -> str:
-    """Make ``path`` ready for ``plan`` (without a lease; the driver uses :func:`claim_new` /
-    :func:`claim_restart` with its lease); returns 'created', 'resumed' or 'restarted'.
-
-    ``action``: the result of :func:`check_store` if already known.
-    """
-    action = action or check_store(path, plan, restart)
-    if action == "resume":
-        return "resumed"
-    if action == "restart":
-        return claim_restart(path).build(plan)
-    create_skeleton(path, plan)
-    return "created"
-
-
 def _check_layout(path: str, plan: Plan) -> None:
-    import zarr
-
+    fmt = format_for(path)
     with _quiet():
-        g = zarr.open_group(path, mode="r")
+        shapes = fmt.shapes(path)
     for v in _vars(plan):
         want = tuple(len(plan.fprs) if d == "fpr" else plan.shape[d] for d in _dims(v))
-        if v not in g or tuple(g[v].shape) != want:
+        if shapes.get(v) != want:
             raise StoreError(f"{path!r} is incomplete or has another layout (variable {v!r}); "
                              "use --restart to start over")
 
 
 def read_status(path: str, var: str = "status") -> np.ndarray:
     """The cell status array, dims in :data:`DIMS` order (``var="tpr_status"``: the TPR
-    cells', dims in :data:`sweeps.plan.TPR_DIMS` order)."""
-    import zarr
-
+    cells', dims in :data:`sweeps.plan.TPR_DIMS` order; any other variable by its name)."""
     with _quiet():
-        g = zarr.open_group(path, mode="r")
-    return np.asarray(g[var][...])
+        return format_for(path).read_var(path, var)
 
 
 def block_states(plan: Plan, status: np.ndarray, tpr_status: np.ndarray | None = None) -> np.ndarray:
@@ -666,13 +610,9 @@ def block_states(plan: Plan, status: np.ndarray, tpr_status: np.ndarray | None =
 
 
 def update_attrs(path: str, **attrs) -> None:
-    """Update the root attrs (client only, serially) and refresh consolidated metadata."""
-    import zarr
-
+    """Update the root attrs (client only, serially)."""
     with _quiet():
-        g = zarr.open_group(path, mode="r+")
-        g.attrs.update(attrs)
-        zarr.consolidate_metadata(path)
+        format_for(path).update_attrs(path, attrs)
 
 
 class BlockWriter:
@@ -681,21 +621,18 @@ class BlockWriter:
     def __init__(self, path: str, plan: Plan, fresh: bool = False):
         """``fresh``: the store was created by this run, so no chunk has been written yet and
         a data chunk holding only the fill value (NaN estimates, empty error text) need not
-        be written at all (zarr reads a missing chunk as the fill value)."""
-        import zarr
-
+        be written at all (a missing chunk reads as the fill value)."""
         self.path = path
         self.plan = plan
         self.fresh = fresh
+        self.format = format_for(path)
         with _quiet():
-            g = zarr.open_group(path, mode="r+")
-        self.chunks = {}
-        self.arrays = {}
-        for v in _vars(plan):
-            self.chunks[v] = dict(zip(_dims(v), g[v].chunks))
-            self.arrays[v] = g[v]  # opened once: each write is one chunk, no metadata work
+            self.out = self.format.open_writer(path, plan)
+        self.chunks = getattr(self.out, "chunks", None)
 
     def _assert_aligned(self, var: str, region: dict) -> None:
+        if self.chunks is None:  # a format without chunks
+            return
         for d, sl in region.items():
             c, n = self.chunks[var][d], (len(self.plan.fprs) if d == "fpr" else self.plan.shape[d])
             if sl.start % c != 0 or sl.stop != min(sl.start + c, n):
@@ -718,24 +655,8 @@ class BlockWriter:
         prepared = [self._prepare(*it) for it in items]
         if not prepared:
             return []
-        import asyncio
-
-        from zarr.core.sync import sync
-
-        def coros(group):
-            for p in prepared:
-                for v, a in p[group].items():
-                    if group == "data" and self.fresh and _all_fill(a):
-                        continue
-                    key = p["key"] if v in CELL_VARS else p["tkey"] if v in TPR_VARS else p["bkey"]
-                    yield self.arrays[v].async_array.setitem(key, a)
-
-        async def go():
-            await asyncio.gather(*coros("data"))
-            await asyncio.gather(*coros("commit"))
-
         with _quiet():
-            sync(go())
+            self.out.write(prepared, self.fresh)
         if with_tpr:
             return [(p["status"], p.get("tpr_status")) for p in prepared]
         return [p["status"] for p in prepared]
@@ -749,7 +670,7 @@ class BlockWriter:
         (a retry never writes a worse result over a good one); ``keep_tpr`` the
         same for the TPR cells (steps, fpr).  Optional result keys:
         ``eps_estimate`` (steps, delta), ``unsupported`` (a boolean mask of
-        failed cells that are status 3, not 2; see :mod:`sweeps.peers`) and the
+        failed cells that are status 3, not 2: the method cannot take the event, or ``eps_cap`` left them out) and the
         TPR metric's ``tpr_lower``, ``tpr_upper``, ``tpr_failed``,
         ``tpr_unsupported`` (steps, fpr; missing: every TPR cell failed).
         Returns the written cell status (steps, delta).
@@ -773,16 +694,15 @@ class BlockWriter:
         region = plan.region(block)
         bregion = plan.region(block, BLOCK_DIMS)
         if keep_ok is not None and (keep_ok & failed).any():
-            import xarray as xr
-
+            key = tuple(region[d] for d in DIMS)
             with _quiet():
-                old = xr.open_zarr(self.path, chunks=None)[["eps_lower", "eps_upper", "eps_estimate", "seconds"]]
-                old = old.isel(region).load()
+                old = {v: _cells(self.format.read_region(self.path, v, key))
+                       for v in ("eps_lower", "eps_upper", "eps_estimate", "seconds")}
             keep = keep_ok & failed
-            lo = np.where(keep, _cells(old["eps_lower"].values), lo)
-            up = np.where(keep, _cells(old["eps_upper"].values), up)
-            est = np.where(keep, _cells(old["eps_estimate"].values), est)
-            secs = np.where(keep, _cells(old["seconds"].values), secs)
+            lo = np.where(keep, old["eps_lower"], lo)
+            up = np.where(keep, old["eps_upper"], up)
+            est = np.where(keep, old["eps_estimate"], est)
+            secs = np.where(keep, old["seconds"], secs)
             status = np.where(keep, STATUS_OK, status).astype(np.int8)
 
         def cell(a):  # (S, D) -> DIMS-shaped region
@@ -836,20 +756,13 @@ class BlockWriter:
         tstatus = np.where(tfailed, np.where(tunsup, STATUS_UNSUPPORTED, STATUS_FAILED), STATUS_OK).astype(np.int8)
         if keep_tpr is not None and (keep_tpr & tfailed).any():
             with _quiet():
-                g = _open_read(self.path)
                 key = tuple(tregion[d] for d in TPR_DIMS)
-                old_l = np.asarray(g["tpr_lower"][key]).reshape(S, F)
-                old_u = np.asarray(g["tpr_upper"][key]).reshape(S, F)
+                old_l = np.asarray(self.format.read_region(self.path, "tpr_lower", key)).reshape(S, F)
+                old_u = np.asarray(self.format.read_region(self.path, "tpr_upper", key)).reshape(S, F)
             keep = keep_tpr & tfailed
             tl, tu = np.where(keep, old_l, tl), np.where(keep, old_u, tu)
             tstatus = np.where(keep, STATUS_OK, tstatus).astype(np.int8)
         return tl, tu, tstatus
-
-
-def _open_read(path: str):
-    import zarr
-
-    return zarr.open_group(path, mode="r")
 
 
 def _all_fill(a: np.ndarray) -> bool:
@@ -864,3 +777,155 @@ def _all_fill(a: np.ndarray) -> bool:
 def _cells(a: np.ndarray) -> np.ndarray:
     """A DIMS-shaped single-block array -> (steps, delta)."""
     return a.reshape(a.shape[2], a.shape[3])
+
+
+# -- formats: how a store keeps its arrays and attrs ---------------------------------------------
+class StoreFormat:
+    """How a sweep store keeps its arrays and attrs.  The claim, creation-marker and lease files
+    around them (:class:`Claim`, :mod:`sweeps.lease`) are the same for every format; a format
+    is chosen by the store's path (:func:`format_for`) and added with :func:`register_format`.
+
+    Arrays are those of the skeleton Dataset (:func:`_template`): dims and fill values as
+    there; a writer writes whole regions, one block at a time, data variables before the
+    commit variables (``status``, ``tpr_status``, ``run``) of the same blocks."""
+
+    #: the format's name (messages)
+    name = ""
+    #: entries of a freshly built skeleton folder moved into place last: they make it a store
+    last: tuple = ()
+
+    def matches(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def write_skeleton(self, target: str, ds, encoding: dict, append: bool) -> None:
+        """Write the empty store ``ds`` (metadata, coordinates, fill values) at ``target``: a
+        new local folder (``append`` false) or a URL claimed for it (``append`` true)."""
+        raise NotImplementedError
+
+    def read_attrs(self, path: str) -> dict | None:
+        raise NotImplementedError
+
+    def update_attrs(self, path: str, attrs: dict) -> None:
+        raise NotImplementedError
+
+    def shapes(self, path: str) -> dict:
+        """``{variable: shape}`` of what the store holds."""
+        raise NotImplementedError
+
+    def read_var(self, path: str, var: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def read_region(self, path: str, var: str, key: tuple) -> np.ndarray:
+        return self.read_var(path, var)[key]
+
+    def open_dataset(self, path: str):
+        raise NotImplementedError
+
+    def open_writer(self, path: str, plan: Plan):
+        """An object whose ``write(prepared, fresh)`` writes :meth:`BlockWriter._prepare` results:
+        each a dict with ``data`` and ``commit`` ({variable: array}) and the region ``key``
+        (cell variables), ``bkey`` (block variables), ``tkey`` (TPR variables)."""
+        raise NotImplementedError
+
+
+def region_key(p: dict, var: str) -> tuple:
+    """The region of ``var`` in one prepared block ``p`` (see :meth:`StoreFormat.open_writer`)."""
+    return p["key"] if var in CELL_VARS else p["tkey"] if var in TPR_VARS else p["bkey"]
+
+
+class ZarrFormat(StoreFormat):
+    """The default: zarr format 3 (consolidated metadata), one chunk per block."""
+
+    name = "zarr"
+    last = ("zarr.json",)  # the group's metadata
+
+    def matches(self, path: str) -> bool:
+        return True
+
+    def write_skeleton(self, target, ds, encoding, append):
+        ds.to_zarr(target, compute=False, mode="a" if append else "w-", encoding=encoding)
+
+    def _group(self, path: str, mode: str = "r"):
+        import zarr
+
+        return zarr.open_group(path, mode=mode)
+
+    def read_attrs(self, path):
+        try:
+            with _quiet():
+                return dict(self._group(path).attrs)
+        except Exception:
+            return None
+
+    def update_attrs(self, path, attrs):
+        import zarr
+
+        g = self._group(path, "r+")
+        g.attrs.update(attrs)
+        zarr.consolidate_metadata(path)
+
+    def shapes(self, path):
+        g = self._group(path)
+        return {k: tuple(a.shape) for k, a in g.arrays()}
+
+    def read_var(self, path, var):
+        return np.asarray(self._group(path)[var][...])
+
+    def read_region(self, path, var, key):
+        return np.asarray(self._group(path)[var][key])
+
+    def open_dataset(self, path):
+        import xarray as xr
+
+        return xr.open_zarr(path, chunks=None)
+
+    def open_writer(self, path, plan):
+        return _ZarrWriter(self._group(path, "r+"), plan)
+
+
+class _ZarrWriter:
+    """Region writes through zarr arrays opened once per run: all data chunks of a batch of
+    blocks concurrently (zarr's async API, one event-loop round trip), then all their commit
+    chunks, so a block is never "ok" before its data is there."""
+
+    def __init__(self, group, plan: Plan):
+        self.arrays = {v: group[v] for v in _vars(plan)}  # opened once: each write is one chunk
+        self.chunks = {v: dict(zip(_dims(v), a.chunks)) for v, a in self.arrays.items()}
+
+    def write(self, prepared: list, fresh: bool) -> None:
+        import asyncio
+
+        from zarr.core.sync import sync
+
+        def coros(group):
+            for p in prepared:
+                for v, a in p[group].items():
+                    if group == "data" and fresh and _all_fill(a):
+                        continue  # a missing chunk reads as the fill value
+                    yield self.arrays[v].async_array.setitem(region_key(p, v), a)
+
+        async def go():
+            await asyncio.gather(*coros("data"))
+            await asyncio.gather(*coros("commit"))
+
+        sync(go())
+
+
+_FORMATS: list[StoreFormat] = [ZarrFormat()]
+
+
+def register_format(fmt: StoreFormat) -> StoreFormat:
+    """Add a store format; it is tried before those registered earlier (zarr, the default,
+    matches every path and is tried last)."""
+    if not isinstance(fmt, StoreFormat):
+        raise TypeError(f"fmt: a StoreFormat, got {fmt!r}")
+    _FORMATS.insert(0, fmt)
+    return fmt
+
+
+def format_for(path: str) -> StoreFormat:
+    """The format of the store at ``path``: the first registered one that matches it."""
+    for fmt in _FORMATS:
+        if fmt.matches(path):
+            return fmt
+    raise StoreError(f"no store format for {path!r}")

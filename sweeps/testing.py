@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from pldlib import events as E
+from pldlib.methods.base import Accountant, Interval
+
 from .plan import DIMS
 
 
@@ -78,3 +81,54 @@ def direct_eps(config, per_cell: bool = False) -> tuple[np.ndarray, np.ndarray]:
             r = pldlib.account(mech, steps=p["steps"], **kw).epsilon(deltas)
             lo[tuple(sl)], up[tuple(sl)] = r.lower, r.upper
     return lo, up
+
+
+# -- a test method: an accountant whose answers encode the cell -----------------------------------
+_REL_CODE = {"add": 0.1, "add_remove": 0.2, "substitution": 0.3, "remove": 0.4}
+
+
+class CodedAccountant(Accountant):
+    """Test-only method (register it with :func:`pldlib.methods.register_method`): eps lower =
+    sigma * 1e6 + q * 1e4 + steps + delta + (a code of the relation), upper = lower + 0.5, so
+    a stored cell says where it came from.  ``negate``: eps -> -eps (lower and upper
+    swapped) at sigma 1; ``bad_sigma``: blocks of that sigma leave the cell (steps 10,
+    delta 1e-8) unanswered with the note ``steps=10: fake precision limit``."""
+
+    method = "coded"
+    kind = "certified"
+
+    def __init__(self, relation: str = "add_remove", *, negate: bool = False, bad_sigma: float | None = None):
+        super().__init__(relation)
+        self.negate, self.bad_sigma = bool(negate), bad_sigma
+
+    def _options(self):
+        return {"negate": self.negate, "bad_sigma": self.bad_sigma}
+
+    def _unsupported(self, step):
+        return None
+
+    def _code(self, ev, k, d):
+        base = ev.event if isinstance(ev, E.Sampled) else ev
+        sigma = 1.0 if self.negate else float(getattr(base, "sigma", getattr(base, "scale", 0.0)))
+        q = ev.q if isinstance(ev, E.Sampled) else 1.0
+        lo = sigma * 1e6 + q * 1e4 + k + np.asarray(d, dtype=float) + _REL_CODE[self.relation]
+        return (-(lo + 0.5), -lo) if self.negate else (lo, lo + 0.5)
+
+    def epsilon(self, delta):
+        (step, k), = self._steps
+        lo, up = self._code(step.event, k, delta)
+        return Interval(lo, up)
+
+    def delta(self, epsilon):
+        raise NotImplementedError("coded: no delta")
+
+    def epsilon_per_steps(self, event, steps, deltas):
+        ks = np.asarray(steps, dtype=float)[:, None]
+        lo, up = self._code(event, ks, np.asarray(deltas, dtype=float)[None, :])
+        lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
+        notes = []
+        base = event.event if isinstance(event, E.Sampled) else event
+        if self.bad_sigma is not None and getattr(base, "sigma", None) == self.bad_sigma:
+            up[list(steps).index(10), list(deltas).index(1e-8)] = np.nan
+            notes.append("steps=10: fake precision limit")
+        return lo, np.full(lo.shape, np.nan), up, notes

@@ -11,12 +11,19 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.pld.accountant import _rule_interval, _step_stats, account_steps
-from sweeps.methods import get_method
+from pldlib.methods.pld import _rule_interval, _step_stats, account_steps
+from sweeps.methods import run_block, validate_options
 
 DELTAS = np.array([1e-9, 1e-6, 1e-3])
 SGD = pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson")
 
+
+
+def sweep_fn(params, steps, deltas, opts):
+    """(eps_lower, eps_upper, notes) of the sweep task for one block of method pld."""
+    out = run_block({"index": 0, "params": {**params, "method": "pld"}, "steps": steps, "deltas": deltas,
+                     "options": opts})
+    return out["eps_lower"], out["eps_upper"], [out["error"]] if out["error"] else []
 
 def _same(acc, direct):
     a, b = acc.epsilon(DELTAS), direct.epsilon(DELTAS)
@@ -85,8 +92,7 @@ def test_rejects_sequences_and_bad_errors_mode():
 def test_sweep_method_cells_equal_direct_calls_at_the_shared_interval():
     params = dict(mechanism="gaussian", sigma=1.0, q=0.01, sampling="poisson", relation="add_remove")
     steps, deltas = [100, 1000, 3000], [1e-8, 1e-5]
-    method = get_method("pld")
-    lo, up, notes = method.fn(params, steps, deltas, method.validate_options("options.pld", {}))
+    lo, up, notes = sweep_fn(params, steps, deltas, validate_options("pld", "options.pld", {}))
     assert notes == []
     h = pldlib.account(SGD, steps=max(steps)).interval
     for i, k in enumerate(steps):
@@ -98,12 +104,11 @@ def test_sweep_method_cells_equal_direct_calls_at_the_shared_interval():
 def test_sweep_method_isolates_a_failing_steps_value():
     params = dict(mechanism="gaussian", sigma=3.0, q=0.1, sampling="poisson", relation="add_remove")
     mech = pldlib.Gaussian(sigma=3.0, q=0.1, sampling="poisson")
-    method = get_method("pld")
-    opts = method.validate_options("options.pld", {"max_bins": 3200})
+    opts = validate_options("pld", "options.pld", {"max_bins": 3200})
     # one step at its own (finer) spacing needs ~3,240 grid points: refused on its own
     with pytest.raises(pldlib.GridTooLargeError):
         pldlib.account(mech, steps=1, max_bins=3200)
-    lo, up, notes = method.fn(params, [1, 100], [1e-5, 1e-3], opts)
+    lo, up, notes = sweep_fn(params, [1, 100], [1e-5, 1e-3], opts)
     assert np.isnan(up[0]).all() and np.isnan(lo[0]).all()
     assert len(notes) == 1 and notes[0].startswith("steps=1: GridTooLargeError")
     direct = pldlib.account(mech, steps=100, max_bins=3200).epsilon([1e-5, 1e-3])
@@ -115,10 +120,9 @@ def test_sweep_option_eps_cap_stops_a_row_only_where_eps_exceeds_the_cap():
     # sigma 0.6, q 0.05: eps passes 8 somewhere inside the steps axis (at every delta)
     params = dict(mechanism="gaussian", sigma=0.6, q=0.05, sampling="poisson", relation="add_remove")
     steps, deltas, cap = [1, 3, 10, 30, 100, 300, 1000, 3000, 10000], [1e-8, 1e-5, 1e-3], 8.0
-    method = get_method("pld")
-    opts = method.validate_options("options.pld", {"interval": 2e-3, "eps_cap": cap})
-    lo, up, notes = method.fn(params, steps, deltas, opts)
-    full_lo, full_up, _ = method.fn(params, steps, deltas, method.validate_options("options.pld", {"interval": 2e-3}))
+    opts = validate_options("pld", "options.pld", {"interval": 2e-3, "eps_cap": cap})
+    lo, up, notes = sweep_fn(params, steps, deltas, opts)
+    full_lo, full_up, _ = sweep_fn(params, steps, deltas, validate_options("pld", "options.pld", {"interval": 2e-3}))
     skipped = np.isnan(up).all(axis=1)
     assert skipped.any() and not skipped.all()
     first = int(np.argmax(skipped))
@@ -130,10 +134,9 @@ def test_sweep_option_eps_cap_stops_a_row_only_where_eps_exceeds_the_cap():
     assert (full_lo[first:] > cap).all()
     assert any(n.startswith(f"steps > {steps[first - 1]} not computed: eps > eps_cap=8") for n in notes)
     # the task stores the cells left out as final (status 3), not as failures to recompute
-    from sweeps.peers import run_block
     out = run_block({"index": 0, "params": {**params, "method": "pld"}, "steps": steps, "deltas": deltas,
                      "options": opts})
     np.testing.assert_array_equal(out["unsupported"], np.isnan(up))
     np.testing.assert_array_equal(out["failed"], np.isnan(up))
     with pytest.raises(Exception, match="eps_cap"):
-        method.validate_options("options.pld", {"eps_cap": -1})
+        validate_options("pld", "options.pld", {"eps_cap": -1})

@@ -90,7 +90,7 @@ def test_monte_carlo_inside_the_certified_interval(t, sigma, epochs):
     intervals is `python -m benchmarks.batches --mc`, results/BATCHES.md) of the exact random
     allocation pair lies inside [certified lower, certified upper]: the scheme's interval, and
     above the stronger max-coordinate lower bound."""
-    from pldlib.sampling.allocation import max_coordinate_accountant
+    from pldlib.methods.pld import max_coordinate_accountant
     from pldlib.testing.montecarlo import allocation_delta
 
     eps = issue_eps(sigma, epochs)
@@ -145,7 +145,7 @@ def test_max_coordinate_profile_against_numerical_integration():
 
 
 def test_max_coordinate_lower_is_between_sum_lower_and_monte_carlo():
-    from pldlib.sampling.allocation import max_coordinate_lower
+    from pldlib.methods.pld import max_coordinate_lower
 
     t, sigma, epochs = 4, 0.8, 1
     # the epoch-sum lower bound: the Gaussian pair at mu = sqrt(epochs / t) / sigma (exact path;

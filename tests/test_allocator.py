@@ -98,10 +98,10 @@ def test_bad_switch_warns_at_import_and_fails_the_command():
 
 WORKER = """
 import resource, numpy as np
-from sweeps.methods import get_method, run_block
+from sweeps.methods import run_block, validate_options
 spec = {"index": 0, "params": {"mechanism": "gaussian", "sigma": 1.0, "q": 0.01, "sampling": "poisson",
         "relation": "add_remove", "method": "pld"}, "steps": [10], "deltas": [1e-5],
-        "options": get_method("pld").validate_options("options.pld", {})}
+        "options": validate_options("pld", "options.pld", {})}
 out = run_block(spec)
 assert not out["failed"].any(), out["error"]
 a = np.ones(2**17); b = np.ones(2**17); del a, b

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.pld.accountant import COARSE_FACTOR
+from pldlib.methods.pld import COARSE_FACTOR
 
 
 def _full(acc):
@@ -99,7 +99,7 @@ def test_nearly_symmetric_directions_are_composed_without_a_coarse_screen(lower_
     # at small q the add and remove directions' normal scores agree to 1e-4: the coarse bound
     # of the second (8x the spacing) cannot fall below the first's answer, so no coarse
     # composition is made; forcing the screen gives the same interval, after a wasted one
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     mech = pldlib.Gaussian(sigma=2.18, q=1.8e-4, sampling="poisson", relation="add_remove")
 
@@ -157,7 +157,7 @@ def test_later_branch_gets_its_lower_side_only_where_it_could_matter(kind):
 def test_later_branch_that_may_be_the_largest_gets_its_lower_side(monkeypatch):
     # the wrong direction first (forced): the later one's upper bound exceeds the lower bound
     # found so far, so its optimistic side is computed and the interval is the full one
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     h = 2e-3
     monkeypatch.setattr(A.PLDAccountant, "_likely_first",
@@ -178,7 +178,7 @@ def test_tilt_estimated_from_the_coarsened_fine_plds_matches_the_coarse_discreti
     and the answer is the same to round-off (the composition's tilt moves by that much).
     (Upper-only queries on large grids estimate it on coarse PLDs that also choose the points
     of thinned ones instead: that route is switched off here, and tested in test_discretize.)"""
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
     from pldlib.pld.compose import estimate_tilt
 
     monkeypatch.setattr(A, "THIN_FROM", 10**9)
@@ -209,7 +209,7 @@ def test_far_direction_is_screened_at_a_wider_spacing_first_and_changes_nothing(
     cannot skip it.  Either way the interval is the one without the wider screen, and the wider
     screen's bound lies above the direction's own certified lower bound.  Grids too coarse for it
     (fewer than SCREEN_SPREAD_POINTS points at the wider spacing) go to the cheap screen directly."""
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
     h, delta = 1e-4, 1e-5  # (the add direction's grid: ~36k points, >= 512 at 32 h)
@@ -260,7 +260,7 @@ def test_coarse_grids_skip_the_wider_screen():
 def test_long_schedules_get_no_wider_screen_either(monkeypatch):
     # (schedules of SCREEN_MAX_COMPONENTS distinct steps or more are composed in full: no screen at
     # any spacing, even where the wider one would be allowed)
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     monkeypatch.setattr(A, "SCREEN_SPREAD_POINTS", 1)
     acc = pldlib.account(_schedule("add_remove"), interval=2e-3)

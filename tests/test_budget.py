@@ -47,8 +47,8 @@ def test_certain_infinite_mass_agrees_with_the_grid_path():
 
 
 # -- the time budget of the automatic grid -------------------------------------------------
-from pldlib.pld import accountant as A  # noqa: E402
-from pldlib.pld.accountant import AccuracyLimitedWarning  # noqa: E402
+from pldlib.methods import pld as A  # noqa: E402
+from pldlib.methods.pld import AccuracyLimitedWarning  # noqa: E402
 from pldlib.testing.truth import delta_gaussian  # noqa: E402
 
 HEADLINE = dict(sigma=1.0, q=0.01, steps=10_000)

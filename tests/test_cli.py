@@ -20,7 +20,7 @@ from scipy.special import log_ndtr
 
 import pldlib
 from pldlib import cli
-from pldlib.pld.accountant import Interval
+from pldlib.methods.pld import Interval
 
 ROOT = Path(__file__).resolve().parents[1]
 

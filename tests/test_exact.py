@@ -8,7 +8,7 @@ import pytest
 
 import pldlib
 from pldlib import events as E
-from pldlib.pld.accountant import AccuracyLimitedWarning, PLDAccountant
+from pldlib.methods.pld import AccuracyLimitedWarning, PLDAccountant
 
 
 # -- truths written independently (mpmath, 60 digits) -------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 import pldlib
 from pldlib import events as E
-from pldlib.pld.accountant import PLDAccountant
+from pldlib.methods.pld import PLDAccountant
 
 
 # -- truths (60 digits; atoms placed by exact rational comparison) -------------------------

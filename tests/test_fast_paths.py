@@ -178,7 +178,7 @@ def test_cached_sides_give_the_same_compositions_as_fresh_ones():
     import dataclasses
 
     import pldlib
-    from pldlib.pld.accountant import account
+    from pldlib.methods.pld import account
 
     acc = account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson"), steps=2000, interval=2e-3)
     st = acc._branches[-1]
@@ -337,7 +337,7 @@ def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
     answer brackets the mpmath truth, is not below the whole grid's answer (beyond round-off) and
     within 1e-7 of it; and it does not depend on what earlier queries built."""
     import pldlib
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
     from pldlib.pld.discretize import connect_the_dots
     from pldlib.testing.truth import epsilon_gaussian
 
@@ -375,7 +375,7 @@ def test_cheap_plds_on_fine_grids_keep_their_spacing(monkeypatch):
     headline (add_remove: the other direction screened) bracket the mpmath truth, the other
     direction is still skipped, and they are within 1e-8 of the answers with k = 8."""
     import pldlib
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
     from pldlib.testing.truth import epsilon_gaussian
 
     sigma, q, steps, delta, h = 1.0, 0.01, 10000, 1e-5, 1.25e-5

@@ -133,7 +133,7 @@ def test_lower_curve_without_mass_answers_minus_inf():
 
 
 def test_ordered_refuses_a_lower_end_above_the_upper():
-    from pldlib.pld.accountant import _ordered
+    from pldlib.methods.pld import _ordered
 
     with pytest.raises(pldlib.PrecisionLimitError, match="exceeds the certified upper bound"):
         _ordered(np.array([0.2, 0.5]), np.array([0.3, 0.4]), "delta", np.array([1.0, 2.0]))
@@ -268,7 +268,7 @@ def test_losses_beyond_exp_range_refuse_instead_of_nan():
 
     from pldlib import PrecisionLimitError
     from pldlib import events as E
-    from pldlib.pld.accountant import PLDAccountant
+    from pldlib.methods.pld import PLDAccountant
 
     acc = PLDAccountant("add")
     acc.compose(E.RandomizedResponseEvent(2.89), 293_100_746)

@@ -15,9 +15,16 @@ import pytest
 
 import pldlib
 from sweeps.config import ConfigError, parse_config
-from sweeps.methods import get_method
+from sweeps.methods import run_block, validate_options
 from sweeps.testing import small_config
 
+
+
+def sweep_fn(params, steps, deltas, opts):
+    """(eps_lower, eps_upper, notes) of the sweep task for one block of method pld."""
+    out = run_block({"index": 0, "params": {**params, "method": "pld"}, "steps": steps, "deltas": deltas,
+                     "options": opts})
+    return out["eps_lower"], out["eps_upper"], [out["error"]] if out["error"] else []
 
 def exact_delta(r, eps):
     with mp.workdps(40):
@@ -110,9 +117,8 @@ def test_sweep_option_changes_fingerprint_only_when_given():
 def test_sweep_cells_equal_direct_calls_with_privacy_buckets():
     params = dict(mechanism="gaussian", sigma=1.5, q=0.02, sampling="poisson", relation="add_remove")
     steps, deltas = [10, 200], [1e-7, 1e-4]
-    opts = get_method("pld").validate_options("options.pld", {"interval": 3e-3,
-                                                              "discretisation": "privacy_buckets"})
-    lo, up, notes = get_method("pld").fn(params, steps, deltas, opts)
+    opts = validate_options("pld", "options.pld", {"interval": 3e-3, "discretisation": "privacy_buckets"})
+    lo, up, notes = sweep_fn(params, steps, deltas, opts)
     assert notes == []
     m = pldlib.Gaussian(sigma=1.5, q=0.02, sampling="poisson")
     for i, k in enumerate(steps):
@@ -127,7 +133,7 @@ def test_automatic_coarsening_jumps_by_the_missing_factor():
     """A composition refused for size says how many points it needs; the automatic grid then
     coarsens at once by the power of 2 that fits (window points scale like 1/h), at most 2^8."""
     from pldlib import GridTooLargeError
-    from pldlib.pld.accountant import _coarsen_factor
+    from pldlib.methods.pld import _coarsen_factor
 
     assert _coarsen_factor(GridTooLargeError("x", need=1000, limit=100)) == 16.0   # 2^ceil(log2 10)
     assert _coarsen_factor(GridTooLargeError("x", need=201, limit=100)) == 4.0

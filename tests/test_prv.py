@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib import Estimate, PrecisionLimitError
+from pldlib import Interval, PrecisionLimitError
 from pldlib.pld.compose import GridTooLargeError
 from pldlib.methods.prv import PRVAccountant, account_prv, discretise_prv, mesh_for
 
@@ -91,7 +91,7 @@ def finite_truth(profiles_counts):
     return delta, eps
 
 
-def brackets(est: Estimate, truth) -> bool:
+def brackets(est: Interval, truth) -> bool:
     return bool(np.all(np.asarray(est.lower) <= truth) and np.all(truth <= np.asarray(est.upper)))
 
 
@@ -300,7 +300,7 @@ def test_vectorised_and_scalar_outputs():
     acc = account_prv(pldlib.Gaussian(5.0), 20, eps_error=0.02)
     assert isinstance(acc, PRVAccountant) and acc.method == "prv"
     E = acc.epsilon(1e-5)
-    assert isinstance(E, Estimate) and all(isinstance(v, float) for v in E)
+    assert isinstance(E, Interval) and all(isinstance(v, float) for v in (*E, E.estimate))
     E2 = acc.epsilon([1e-5, 1e-6])
     assert all(isinstance(v, np.ndarray) and v.shape == (2,) for v in E2)
     assert E2.lower[0] == pytest.approx(E.lower, abs=1e-6) and E2.upper[0] == pytest.approx(E.upper, abs=1e-6)

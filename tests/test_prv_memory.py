@@ -24,7 +24,7 @@ def _big_case(cap, budget, conn):
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         kw = {} if budget is None else {"memory_budget": budget}
         acc = pldlib.make_accountant("prv", "add_remove", **kw)
-        acc = acc.compose(pldlib.Sampled(pldlib.GaussianEvent(sigma=SIGMA), q=Q, scheme="wor"), K)
+        acc = acc.compose(pldlib.Sampled(pldlib.GaussianEvent(sigma=SIGMA), q=Q, sampling="wor"), K)
         r = acc.delta(EPS)
         conn.send(("answer", (r.lower, r.estimate, r.upper)))
     except GridTooLargeError as e:
@@ -80,7 +80,7 @@ def test_small_budget_refuses_before_allocating(monkeypatch):
 
     monkeypatch.setattr(_C, "_compose_side", no_compose)
     acc = pldlib.make_accountant("prv", "add_remove", eps_error=0.05, memory_budget=300_000)
-    acc = acc.compose(pldlib.Sampled(pldlib.GaussianEvent(sigma=1.0), q=0.01, scheme="poisson"), 300)
+    acc = acc.compose(pldlib.Sampled(pldlib.GaussianEvent(sigma=1.0), q=0.01, sampling="poisson"), 300)
     with pytest.raises(GridTooLargeError, match="composition needs .* memory_budget=300,000") as ei:
         acc.delta(1.0)
     # the largest FFT length that fits is reported (a caller may coarsen by the right factor)
@@ -105,7 +105,7 @@ def test_memory_budget_validated(bad):
 def test_cached_compositions_dropped_without_changing_answers(monkeypatch):
     """A budget holding one composition at a time: the cache is released between branches
     and tilts, and the answers are those of the default budget (only work depends on the cache)."""
-    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=1.0), q=0.01, scheme="poisson")
+    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=1.0), q=0.01, sampling="poisson")
     ref = pldlib.make_accountant("prv", "add_remove", eps_error=0.05).compose(ev, 300)
     orig = PRV.PRVAccountant._release
     released = []
@@ -135,7 +135,7 @@ def test_cached_compositions_dropped_without_changing_answers(monkeypatch):
 def test_pinned_composition_counts_against_budget():
     """A branch whose two profiles differ needs both compositions at once: when they cannot
     fit together the query refuses (naming the one in use) instead of over-allocating."""
-    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=2.0), q=0.1, scheme="wor")
+    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=2.0), q=0.1, sampling="wor")
     ref = pldlib.make_accountant("prv", "substitution", eps_error=0.05).compose(ev, 300)
     ref.delta(1.0)
     (br,) = ref._branches
@@ -157,7 +157,7 @@ def test_numpy_memory_error_at_allocation_becomes_grid_too_large(monkeypatch):
     def oom(*a, **k):
         raise MemoryError("Unable to allocate 65.9 MiB for an array with shape (8640000,)")
 
-    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=1.0), q=0.01, scheme="poisson")
+    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=1.0), q=0.01, sampling="poisson")
     acc = pldlib.make_accountant("prv", "add_remove", eps_error=0.05).compose(ev, 300)
     monkeypatch.setattr(_C, "_compose_side", oom)
     with pytest.raises(GridTooLargeError, match="ran out of memory composing .* memory_budget") as ei:

@@ -1,4 +1,4 @@
-"""Certified grouping of long schedules (pldlib/pld/schedule.py, docs/MATH.md 5.8)."""
+"""Certified grouping of long schedules (pldlib/methods/schedule.py, docs/MATH.md 5.8)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import pldlib
 from pldlib.methods.base import Step
-from pldlib.pld import schedule as S
+from pldlib.methods import schedule as S
 
 
 def _schedule(n, perq):
@@ -39,7 +39,7 @@ def test_grouped_schedule_agrees_with_the_ungrouped_one(perq, monkeypatch):
     grouped = pldlib.account(comps)
     g = grouped.epsilon(1e-5)
     monkeypatch.setattr(S, "GROUP_FROM", 10**9)
-    monkeypatch.setattr(pldlib.pld.accountant, "group_schedule",
+    monkeypatch.setattr(pldlib.methods.pld, "group_schedule",
                         lambda eff, rel: S.group_schedule(eff, rel, group_from=10**9))
     plain = pldlib.account(comps)
     p = plain.epsilon(1e-5)

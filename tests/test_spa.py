@@ -206,7 +206,7 @@ def test_delta_epsilon_roundtrip_vectorisation_and_grid():
     acc = account_spa(mech, 2000)
     deltas = np.array([1e-3, 1e-6, 1e-9])
     e = acc.epsilon(deltas)
-    assert isinstance(e, pldlib.Estimate) and e.estimate.shape == (3,)
+    assert isinstance(e, pldlib.Interval) and e.estimate is not None and e.estimate.shape == (3,)
     d = acc.delta(e.estimate)
     np.testing.assert_allclose(d.estimate, deltas, rtol=1e-6)
     # the certified ends are consistent across the two directions: delta(eps_up) <= delta, so its

@@ -154,7 +154,7 @@ def wor_add_power(sigma, q, alpha):
 
 def test_max_tpr_wor_add_is_fast_and_sound():
     sigma, q, alpha = 0.3956771500736161, 0.0025674597402584477, 0.021994013332259272
-    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=sigma), q=q, scheme="wor")
+    ev = pldlib.Sampled(pldlib.GaussianEvent(sigma=sigma), q=q, sampling="wor")
     t0 = time.perf_counter()
     r = pldlib.make_accountant("spa", "add").compose(ev, 1).max_tpr(alpha)
     took = time.perf_counter() - t0

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 from conftest import ROOT, checkout_env
-from sweeps import methods
+from pldlib.methods import register_method
 from sweeps.cli import main
 from sweeps.config import parse_config
 from sweeps.execute import run_sweep
@@ -23,8 +23,9 @@ from sweeps.lease import LEASE_NAME, Lease, LeaseHeld, lease_state, read_lease
 from sweeps.plan import make_plan
 from sweeps.preflight import check_size, estimate_config, estimate_data
 from sweeps.provenance import _tree_hash, code_changes, code_hash, environment
-from sweeps.store import StoreError, block_states, prepare_store
-from sweeps.testing import small_config, tree_snapshot, write_config
+from sweeps.lease import prepare_store
+from sweeps.store import StoreError, block_states
+from sweeps.testing import CodedAccountant, small_config, tree_snapshot, write_config
 
 
 def quiet():
@@ -40,11 +41,7 @@ def one_error_line(err: str, *words):
     return lines[0]
 
 
-@methods.register("guards_fake", description="test: eps = a code of the cell's coordinates")
-def guards_fake(params, steps, deltas, options):
-    s, d = np.meshgrid(np.asarray(steps, float), np.asarray(deltas, float), indexing="ij")
-    lo = params["sigma"] * 1e6 + params["q"] * 1e4 + s + d
-    return lo, lo + 0.5
+register_method("guards_fake", CodedAccountant, kind="certified", summary="test: eps = a code of the cell's coordinates")
 
 
 def fake_only(store, **changes):

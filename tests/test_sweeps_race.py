@@ -40,7 +40,8 @@ from sweeps.config import ConfigError, check_store_writable, parse_config
 from sweeps.execute import run_sweep
 from sweeps.lease import LEASE_NAME, Lease, read_lease
 from sweeps.plan import make_plan
-from sweeps.store import CREATING_NAME, StoreError, block_states, check_store, read_attrs, read_creating, read_status
+from sweeps.lease import check_store
+from sweeps.store import CREATING_NAME, StoreError, block_states, read_attrs, read_creating, read_status
 from sweeps.testing import small_config, tree_snapshot, write_config
 
 GAPS = (0.5, 1.0, 2.0, 3.0)
@@ -310,7 +311,8 @@ def test_a_live_driver_is_never_abandoned(tmp_path, embedded_client):
     """The judgement itself: a live process with a heartbeat far older than any staleness window
     (a starved or hung heartbeat thread) is running; once the process is gone, abandoned."""
     cfg = parse_config(tiny(tmp_path / "s.zarr", sleep=0))
-    from sweeps.store import prepare_store, update_attrs
+    from sweeps.lease import prepare_store
+    from sweeps.store import update_attrs
 
     prepare_store(cfg.store, make_plan(cfg))
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -482,7 +484,7 @@ def test_lost_lease_message_is_read_back(tmp_path, embedded_client):
         import shutil
 
         from sweeps.execute import _lost_message
-        from sweeps.store import prepare_store
+        from sweeps.lease import prepare_store
 
         shutil.rmtree(cfg.store)
         prepare_store(cfg.store, make_plan(cfg))

@@ -9,12 +9,13 @@ import pytest
 import xarray as xr
 import yaml
 
-from sweeps import methods
+from pldlib.methods import register_method
 from sweeps.config import parse_config
 from sweeps.execute import run_sweep
 from sweeps.plan import BLOCK_DIMS, DIMS, make_plan
-from sweeps.store import BlockWriter, StoreError, prepare_store
-from sweeps.testing import direct_eps, small_config, tree_snapshot
+from sweeps.lease import prepare_store
+from sweeps.store import BlockWriter, StoreError
+from sweeps.testing import CodedAccountant, direct_eps, small_config, tree_snapshot
 
 
 def quiet():
@@ -48,35 +49,37 @@ FLAKY_CALLS = {}
 _lock = threading.Lock()
 
 
-@methods.register("fake", description="test: eps = code of the cell's coordinates")
-def fake_method(params, steps, deltas, options):
-    s, d = np.meshgrid(np.asarray(steps, float), np.asarray(deltas, float), indexing="ij")
-    lo = params["sigma"] * 1e6 + params["q"] * 1e4 + s + d
-    lo = lo + {"add": 0.1, "add_remove": 0.2, "substitution": 0.3, "remove": 0.4}[params["relation"]]
-    up = lo + 0.5
-    notes = []
-    if params["sigma"] == 2.0:
-        # one cell of these blocks is not answerable
-        up[list(steps).index(10), list(deltas).index(1e-8)] = np.nan
-        notes.append("steps=10: fake precision limit")
-    return lo, up, notes
+class Fake(CodedAccountant):
+    """test: eps = code of the cell's coordinates; one cell of the sigma = 2 blocks unanswered"""
+
+    def __init__(self, relation="add_remove", *, negate=False, bad_sigma=2.0):
+        super().__init__(relation, negate=negate, bad_sigma=bad_sigma)
 
 
-@methods.register("fake2", description="test: like fake, negated")
-def fake2_method(params, steps, deltas, options):
-    lo, up, _ = fake_method({**params, "sigma": 1.0}, steps, deltas, options)
-    return -up, -lo
+class Fake2(CodedAccountant):
+    """test: like fake, negated"""
+
+    def __init__(self, relation="add_remove", *, negate=True, bad_sigma=None):
+        super().__init__(relation, negate=negate, bad_sigma=bad_sigma)
 
 
-@methods.register("flaky", description="test: OSError on the first call per block")
-def flaky_method(params, steps, deltas, options):
-    key = (params["sigma"], params["relation"], options.get("interval"))
-    with _lock:
-        FLAKY_CALLS[key] = FLAKY_CALLS.get(key, 0) + 1
-        n = FLAKY_CALLS[key]
-    if n == 1:
-        raise ConnectionResetError("transient: connection reset by peer")
-    return fake2_method(params, steps, deltas, options)
+class Flaky(Fake2):
+    """test: OSError on the first call per block"""
+
+    def epsilon_per_steps(self, event, steps, deltas):
+        base = getattr(event, "event", event)
+        key = (base.sigma, self.relation)
+        with _lock:
+            FLAKY_CALLS[key] = FLAKY_CALLS.get(key, 0) + 1
+            n = FLAKY_CALLS[key]
+        if n == 1:
+            raise ConnectionResetError("transient: connection reset by peer")
+        return super().epsilon_per_steps(event, steps, deltas)
+
+
+register_method("fake", Fake, kind="certified", summary="test: eps = code of the cell's coordinates")
+register_method("fake2", Fake2, kind="certified", summary="test: like fake, negated")
+register_method("flaky", Flaky, kind="certified", summary="test: OSError on the first call per block")
 
 
 # -- tests -----------------------------------------------------------------------------

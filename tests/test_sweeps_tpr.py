@@ -18,7 +18,8 @@ from sweeps.campaign import write_report
 from sweeps.config import ConfigError, load_config, parse_config
 from sweeps.execute import run_sweep
 from sweeps.plan import DIMS, TPR_DIMS, make_plan
-from sweeps.store import STATUS_FAILED, STATUS_OK, BlockWriter, block_states, prepare_store, read_status
+from sweeps.lease import prepare_store
+from sweeps.store import STATUS_FAILED, STATUS_OK, BlockWriter, block_states, read_status
 from sweeps.testing import direct_eps, small_config, tree_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +228,7 @@ def test_block_task_tpr_for_failed_unsupported_and_peer_blocks(tmp_path):
     """The task itself (no cluster): a failing block fails its TPR cells too (status 2), a block
     the method does not support is unsupported throughout (3), a peer without a certified curve
     has its eps cells and unsupported TPR cells with the reason."""
-    from sweeps.peers import run_block
+    from sweeps.methods import run_block
 
     d = tpr_config(tmp_path / "b.zarr", methods=["pld", "dp_accounting"], sampling=["poisson", "wor"],
                    q=[0.5], relation=["add_remove"], steps=[1, 10])
@@ -239,10 +240,11 @@ def test_block_task_tpr_for_failed_unsupported_and_peer_blocks(tmp_path):
     assert out["failed"].all() and out["tpr_failed"].all() and not out["tpr_unsupported"].any()
     assert np.isnan(out["tpr_upper"]).all() and "test-only 'fail'" in out["error"]
     out = run_block(plan.spec(by[(1.0, "wor", "dp_accounting")]))
-    assert out["unsupported"].all() and out["tpr_unsupported"].all() and out["error"].startswith("Unsupported")
+    assert out["unsupported"].all() and out["tpr_unsupported"].all()
+    assert out["error"].startswith("dp_accounting: ") and "without replacement" in out["error"]
     out = run_block(plan.spec(by[(1.0, "poisson", "dp_accounting")]))
     assert not out["failed"].any() and out["tpr_unsupported"].all()
-    assert "tpr: method 'dp_accounting' gives no certified trade-off curve" in out["error"]
+    assert "tpr: dp_accounting: no certified trade-off curve (kind 'peer'" in out["error"]
     out = run_block(plan.spec(by[(1.0, "poisson", "pld")]))
     assert not out["failed"].any() and not out["tpr_failed"].any() and out["error"] == ""
     assert (out["tpr_lower"] <= out["tpr_upper"]).all() and out["tpr_lower"].shape == (2, 3)

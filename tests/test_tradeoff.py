@@ -301,6 +301,6 @@ def test_tables_per_steps_match_the_single_queries(method, q):
 
 def t_interval(ev, ks, k):
     """The grid spacing that PLD's shared discretisation of ``ks`` gives steps value ``k``."""
-    from pldlib.pld.accountant import _account_steps
+    from pldlib.methods.pld import _account_steps
 
     return _account_steps("add_remove", ev, ks)[ks.index(k)].interval

@@ -253,6 +253,8 @@ def test_every_registered_method_answers_or_refuses():
     clear error: estimates (clt) have no certified trade-off curve."""
     for name in method_names():
         info = method_info(name)
+        if not str(info.target).startswith("pldlib."):
+            continue  # (methods other tests register for themselves)
         acc = make_accountant(name, "add_remove").compose(GaussianEvent(1.0), 2)
         if info.kind in ("certified", "upper"):
             iv = acc.max_tpr(0.1)

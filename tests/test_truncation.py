@@ -52,7 +52,7 @@ def test_truncated_plds_are_on_their_side_of_the_whole_ones(relation):
 
 def _whole(monkeypatch, *args, **kw):
     """An accountant that never truncates (the reference)."""
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     with monkeypatch.context() as m:
         m.setattr(A, "TRUNCATE_FROM", 10**12)
@@ -69,7 +69,7 @@ def test_answers_match_the_whole_range_and_bracket_the_truth(monkeypatch):
     acc = pldlib.account(mech, steps=steps, interval=1e-4)
     got = acc.epsilon(delta)
     assert acc._branches[0].source._levels
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     whole = _whole(monkeypatch, mech, steps=steps, interval=1e-4)
     with monkeypatch.context() as m:
@@ -96,7 +96,7 @@ def test_smaller_delta_builds_a_deeper_range(relation, monkeypatch):
         assert sizes[0] > sizes[1]  # deeper tail, more points
     assert b.lower > a.upper
     # the same answers as from the whole range (both directions, both sides)
-    import pldlib.pld.accountant as A
+    import pldlib.methods.pld as A
 
     whole = _whole(monkeypatch, mech, steps=19044, interval=1e-4)
     with monkeypatch.context() as m:

@@ -41,16 +41,17 @@ response is an exact finite pair), ``PoissonSampledDpEvent``,
 ``SampledWithoutReplacementDpEvent`` (rate = sample_size / source_dataset_size;
 dp_accounting's PLD accountant has no such event, so JAX Privacy falls back to
 RDP for fixed-size batches: here it is a certified interval),
-``SelfComposedDpEvent``, ``ComposedDpEvent``.  dp_accounting has no plain
+``MixtureOfGaussiansDpEvent`` (under ``ADD_OR_REMOVE_ONE`` and ``REPLACE_SPECIAL``,
+as dp_accounting: both directions of its pair; its two-point form {0, c} is the
+Poisson-sampled Gaussian), ``SelfComposedDpEvent``, ``ComposedDpEvent``.  dp_accounting has no plain
 (epsilon, delta) event; pldlib's :class:`~pldlib.events.ApproxDPEvent` therefore
 has no dp_accounting counterpart.  Refused with the reason: sampling with
-replacement, tree aggregation, repeat-and-select, mixtures of Gaussians, zCDP,
+replacement, tree aggregation, repeat-and-select, zCDP,
 truncated subsampled Gaussians, ``UnsupportedDpEvent``.
 """
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 from dp_accounting import dp_event as D
@@ -59,7 +60,8 @@ from dp_accounting import privacy_accountant as PA
 from .. import _validate as V
 from .. import events as E
 from ..methods import make_accountant, method_info, method_names
-from ..methods.base import Estimate, Interval
+from ..methods.base import Interval
+from ..methods.peers.dp_accounting import RELATION_OF_DP, to_dp_event  # noqa: F401  (re-exported)
 from ..profiles import FiniteProfile
 from ..profiles.base import LossRangeError
 
@@ -69,7 +71,7 @@ __all__ = ["PldlibAccountant", "from_dp_event", "to_dp_event", "relation_of", "N
 NeighboringRelation = PA.NeighboringRelation
 NR = NeighboringRelation
 
-_RELATION = {NR.ADD_OR_REMOVE_ONE: "add_remove", NR.REPLACE_ONE: "substitution", NR.REPLACE_SPECIAL: "add_remove"}
+_RELATION = RELATION_OF_DP  # one mapping, shared with the dp_accounting peer
 
 #: pldlib method kinds whose answers carry a certified upper bound (what get_epsilon returns)
 CERTIFIED_UPPER_METHODS = ("certified", "upper")
@@ -153,6 +155,17 @@ def _convert(ev, rel):
             raise _Refused(ev, str(e)) from None
     if isinstance(ev, D.RandomizedResponseDpEvent):
         return _rr_event(ev, rel)
+    if isinstance(ev, D.MixtureOfGaussiansDpEvent):
+        if rel == NR.REPLACE_ONE:
+            raise _Refused(ev, "a mixture of Gaussians is accounted under ADD_OR_REMOVE_ONE and REPLACE_SPECIAL "
+                               "(as dp_accounting does), not REPLACE_ONE")
+        if ev.standard_deviation == 0:
+            return NON_PRIVATE
+        try:
+            return E.MixtureOfGaussiansEvent(ev.standard_deviation, tuple(ev.sensitivities),
+                                            tuple(ev.sampling_probs)).canonical()
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, str(e)) from None
     if isinstance(ev, D.PoissonSampledDpEvent):
         q = ev.sampling_probability
         if not (isinstance(q, (int, float, np.number)) and 0.0 <= q <= 1.0):
@@ -224,61 +237,6 @@ def from_dp_event(event, neighboring_relation=NR.ADD_OR_REMOVE_ONE) -> E.Event:
     if out is NON_PRIVATE:
         raise ValueError(f"event: {event} is not differentially private (epsilon = inf); it has no pldlib event")
     return out
-
-
-def to_dp_event(event, dataset_size: int | None = None):
-    """The dp_accounting ``DpEvent`` of a pldlib event (or :class:`pldlib.Mechanism`).
-
-    Gaussian -> ``GaussianDpEvent(sigma)`` (sigma is the noise multiplier at any
-    sensitivity), Laplace -> ``LaplaceDpEvent(scale / sensitivity)``, discrete Laplace
-    -> ``DiscreteLaplaceDpEvent(1 / scale, sensitivity)``, binary randomized response
-    -> ``RandomizedResponseDpEvent(2 / (1 + e^eps0), 2)`` (its REPLACE_ONE pair),
-    ``Sampled(..., "poisson")`` -> ``PoissonSampledDpEvent``, ``Sampled(..., "wor")``
-    -> ``SampledWithoutReplacementDpEvent(n, q n)`` with ``n = dataset_size`` (or the
-    smallest n making q n an integer when q is a ratio with denominator <= 10^9),
-    ``SelfComposed``, ``Composed``, ``NoOp``.  Events dp_accounting has no class for
-    (``ApproxDPEvent``, ``LatticeEvent``, ``ProfileEvent``) raise ``ValueError``.
-    """
-    from ..methods.base import as_event
-
-    ev = as_event(event)
-    if isinstance(ev, E.NoOp):
-        return D.NoOpDpEvent()
-    if isinstance(ev, E.GaussianEvent):
-        return D.GaussianDpEvent(ev.sigma)
-    if isinstance(ev, E.LaplaceEvent):
-        return D.LaplaceDpEvent(ev.scale / ev.sensitivity)
-    if isinstance(ev, E.DiscreteLaplaceEvent):
-        return D.DiscreteLaplaceDpEvent(1.0 / ev.scale, ev.sensitivity)
-    if isinstance(ev, E.RandomizedResponseEvent):
-        return D.RandomizedResponseDpEvent(2.0 / (1.0 + math.exp(ev.eps0)), 2)
-    if isinstance(ev, E.Sampled):
-        if ev.group > 1:
-            raise ValueError("event: dp_accounting has no event for user-level accounting (group > 1)")
-        inner = to_dp_event(ev.event)
-        if ev.q == 1.0:
-            return inner
-        if ev.scheme == "poisson":
-            return D.PoissonSampledDpEvent(ev.q, inner)
-        if ev.scheme == "wor":
-            if dataset_size is None:
-                f = Fraction(ev.q).limit_denominator(10**9)
-                if float(f) != ev.q:
-                    raise ValueError(f"dataset_size: q = {V.fmt(ev.q)} is not a ratio batch / n with n <= 10^9; "
-                                     "pass dataset_size")
-                n, m = f.denominator, f.numerator
-            else:
-                n = V.positive_int("dataset_size", dataset_size)
-                m = round(ev.q * n)
-                if m / n != ev.q:
-                    raise ValueError(f"dataset_size: q = {V.fmt(ev.q)} times {n} is not an integer batch size")
-            return D.SampledWithoutReplacementDpEvent(n, m, inner)
-        raise ValueError(f"event: dp_accounting has no event for sampling scheme {ev.scheme!r}")
-    if isinstance(ev, E.SelfComposed):
-        return D.SelfComposedDpEvent(to_dp_event(ev.event, dataset_size), ev.count)
-    if isinstance(ev, E.Composed):
-        return D.ComposedDpEvent([to_dp_event(e, dataset_size) for e in ev.events])
-    raise ValueError(f"event: dp_accounting has no event class for {type(ev).__name__}")
 
 
 class PldlibAccountant(PA.PrivacyAccountant):
@@ -356,14 +314,14 @@ class PldlibAccountant(PA.PrivacyAccountant):
         return float(r.upper)
 
     # -- pldlib's answers ------------------------------------------------------------------
-    def epsilon_interval(self, target_delta) -> Interval | Estimate:
-        """The method's whole answer for epsilon (``Interval`` or ``Estimate``)."""
+    def epsilon_interval(self, target_delta) -> Interval:
+        """The method's whole answer for epsilon (an ``Interval``, with ``estimate`` where the method has one)."""
         if self._non_private:
             return Interval(math.inf, math.inf)
         return self._answer("epsilon", target_delta)
 
-    def delta_interval(self, target_epsilon) -> Interval | Estimate:
-        """The method's whole answer for delta (``Interval`` or ``Estimate``)."""
+    def delta_interval(self, target_epsilon) -> Interval:
+        """The method's whole answer for delta (an ``Interval``, with ``estimate`` where the method has one)."""
         if self._non_private:
             return Interval(1.0, 1.0)
         return self._answer("delta", target_epsilon)

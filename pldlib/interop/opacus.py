@@ -84,7 +84,7 @@ class OpacusAccountant:
         return float(self.get_epsilon_interval(delta, interval=interval).upper)
 
     def get_epsilon_interval(self, delta: float, *, interval: float | None = None):
-        """The method's whole answer (``Interval`` or ``Estimate``) for ``history``."""
+        """The method's whole answer (an ``Interval``, with ``estimate`` where the method has one) for ``history``."""
         delta = V.probability_open("delta", delta)
         acc, non_private = self._accountant(interval)
         if non_private:

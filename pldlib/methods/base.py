@@ -10,9 +10,9 @@ the sweeps) is an :class:`Accountant`:
   returns the accountant; refuses events the method does not support with
   :class:`UnsupportedEventError`;
 * ``supports(event)`` -- whether ``compose`` would accept it;
-* ``epsilon(delta)`` / ``delta(epsilon)`` -- vectorised; they return an
-  :class:`Interval` (certified methods) or an :class:`Estimate` (lower,
-  estimate, upper; NaN marks a side the method does not certify);
+* ``epsilon(delta)`` / ``delta(epsilon)`` -- vectorised; every method returns
+  an :class:`Interval` (``lo, up = ...``; ``.estimate`` and ``.kind`` say the
+  rest; NaN marks a side the method does not certify);
 * ``epsilon_per_steps(event, steps, deltas)`` -- a table over several step
   counts of one event (what sweeps and atlases ask), shared work where the
   method can.
@@ -33,49 +33,81 @@ from .. import _validate as V
 from .. import events as E
 from ..profiles.pairs import UnsupportedEventError
 
-__all__ = ["Interval", "Estimate", "StepsTables", "Accountant", "Step", "UnsupportedEventError", "KINDS",
+__all__ = ["Interval", "StepsTables", "Accountant", "Step", "UnsupportedEventError", "KINDS",
            "as_event", "components_of"]
 
 #: what a method's numbers are
 KINDS = ("certified", "upper", "estimate", "peer")
 
 
-class Interval(NamedTuple):
-    """A certified interval: ``lower <= truth <= upper`` (arrays or floats)."""
+class Interval(tuple):
+    """The answer of every method: ``lower <= truth <= upper`` (floats or arrays).
 
-    lower: np.ndarray | float
-    upper: np.ndarray | float
+    It unpacks as a pair, ``lo, up = acc.epsilon(1e-5)``, whatever the method, and
+    carries two more fields:
 
-    @property
-    def width(self):
-        return np.asarray(self.upper) - np.asarray(self.lower)
+    * ``estimate`` -- a central value where the method has one (PRV's central value,
+      SPA's SP-MSD1, the CLT's Gaussian-DP value, RDP's bound), else ``None``.  An
+      estimate carries no guarantee unless ``kind`` says so;
+    * ``kind`` -- what the ends are: ``"certified"`` (both ends proven bounds),
+      ``"upper"`` (a proven upper end; ``lower`` is NaN), ``"estimate"`` (no
+      guarantee: both ends NaN, only ``estimate``) or ``"peer"`` (another
+      library's numbers, as that library states them).
 
-
-class Estimate(NamedTuple):
-    """An interval with a central estimate: ``lower <= truth <= upper``.
-
-    ``estimate`` is an approximation (e.g. PRV's central value or SPA's SP-MSD1),
-    labelled as such: it carries no guarantee.  A NaN ``lower`` or ``upper``
-    means the method does not certify that side (RDP: no lower bound; CLT: neither).
+    A NaN end means the method does not certify that side.
     """
 
-    lower: np.ndarray | float
-    estimate: np.ndarray | float
-    upper: np.ndarray | float
+    def __new__(cls, lower, upper, estimate=None, kind: str = "certified"):
+        self = tuple.__new__(cls, (lower, upper))
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        self.__dict__["estimate"] = estimate
+        self.__dict__["kind"] = kind
+        return self
+
+    def __getnewargs__(self):
+        return (self[0], self[1], self.__dict__["estimate"], self.__dict__["kind"])
+
+    def __setattr__(self, name, value):
+        raise AttributeError("an Interval is immutable")
+
+    @property
+    def lower(self):
+        return self[0]
+
+    @property
+    def upper(self):
+        return self[1]
 
     @property
     def width(self):
         return np.asarray(self.upper) - np.asarray(self.lower)
+
+    def _replace(self, **kw) -> "Interval":
+        f = {"lower": self.lower, "upper": self.upper, "estimate": self.estimate, "kind": self.kind}
+        f.update(kw)
+        return Interval(**f)
+
+    def __repr__(self) -> str:
+        extra = "" if self.estimate is None else f", estimate={self.estimate!r}"
+        extra += "" if self.kind == "certified" else f", kind={self.kind!r}"
+        return f"Interval(lower={self.lower!r}, upper={self.upper!r}{extra})"
 
 
 class StepsTables(NamedTuple):
-    """What :meth:`Accountant.tables_per_steps` returns: arrays of shape (len(steps), len(deltas))
-    for epsilon and (len(steps), len(fprs)) for the attack's true-positive rate.
+    """What :meth:`Accountant.tables_per_steps` returns for one event over several step counts:
+    arrays of shape (len(steps), len(deltas)) for epsilon and (len(steps), len(fprs)) for the
+    largest true-positive rate of a membership test.
 
-    ``tpr_lower``/``tpr_upper`` are the certified interval of :meth:`Accountant.max_tpr` (NaN
-    where not computed, with a note in ``tpr_notes``); ``tpr_unsupported`` is non-empty (the
-    reason) when the method has no certified trade-off curve at all (estimates), and then every
-    TPR is NaN.
+    ``eps_lower``/``eps_upper`` are the method's ends (NaN where not computed, with a note in
+    ``notes``; NaN by design where ``kind`` does not certify that side), ``eps_estimate`` its
+    central value (NaN where it has none).  ``tpr_lower``/``tpr_upper`` are the certified
+    interval of :meth:`Accountant.max_tpr` (NaN where not computed, with a note in
+    ``tpr_notes``); ``tpr_unsupported`` is the reason when the method has no certified
+    trade-off curve at all (then every TPR is NaN).  ``unsupported`` is the reason when the
+    method cannot take the event at all (every cell NaN); ``capped`` marks the cells left out
+    by ``eps_cap`` (their true eps is above the cap).  :meth:`failed` is the per-cell mask of
+    cells that should have an answer and have none.
     """
 
     eps_lower: np.ndarray
@@ -86,6 +118,20 @@ class StepsTables(NamedTuple):
     tpr_upper: np.ndarray
     tpr_notes: list
     tpr_unsupported: str = ""
+    kind: str = "certified"
+    unsupported: str = ""
+    capped: np.ndarray | None = None
+
+    def failed(self) -> np.ndarray:
+        """Cells without the answer the method's kind promises: no upper end (certified, upper,
+        peer), no estimate (estimate); capped and unsupported cells are not failures."""
+        value = self.eps_estimate if self.kind == "estimate" else self.eps_upper
+        bad = np.isnan(np.asarray(value, dtype=float))
+        if self.unsupported:
+            return np.zeros(bad.shape, dtype=bool)
+        if self.capped is not None:
+            bad &= ~self.capped
+        return bad
 
 
 class Step:
@@ -124,7 +170,7 @@ class Step:
 
     @property
     def sampling(self) -> str:
-        return self.event.scheme if isinstance(self.event, E.Sampled) and self.event.q < 1.0 else "none"
+        return self.event.sampling if isinstance(self.event, E.Sampled) and self.event.q < 1.0 else "none"
 
     def __repr__(self):
         return f"Step({self.event!r}, relation={self.relation!r})"
@@ -461,22 +507,96 @@ class Accountant:
         trade-off curve of; methods override it to share work across steps values)."""
         return self.fresh().compose(event, k)
 
-    def tables_per_steps(self, event, steps, deltas, fprs) -> StepsTables:
-        """:meth:`epsilon_per_steps` plus the certified largest true-positive rate of any
-        membership test at each false-positive rate of ``fprs`` (:meth:`max_tpr`), for every
-        count in ``steps``: a :class:`StepsTables`.
+    def tables_per_steps(self, event, steps, deltas, fprs=(), *, eps_cap: float | None = None) -> StepsTables:
+        """eps(delta) of ``count`` runs of ``event`` for every count in ``steps`` and every delta,
+        and, for each false-positive rate in ``fprs``, the certified largest true-positive rate
+        of any membership test (:meth:`max_tpr`): one :class:`StepsTables`.  This is what a
+        sweep's task computes and stores.
 
-        By default one accountant per steps value (:meth:`_for_count`) answers both (the
-        epsilons come from :meth:`epsilon_per_steps` where a method overrides it to share work);
-        the PLD accountant answers both from accountants sharing one discretisation, SPA from one
-        CGF table.  Methods without a certified trade-off curve
-        (kind ``estimate``) return NaN TPRs and the reason in ``tpr_unsupported``.  A steps value
-        whose TPR cannot be answered is NaN with a note in ``tpr_notes``.
+        An event the method cannot take gives NaN tables with the reason in ``unsupported``
+        (not an exception).  ``eps_cap`` (not with ``fprs``): the steps values are computed in
+        ascending chunks, stopping after the first chunk whose largest count has certified lower
+        bounds above ``eps_cap`` at every delta; eps(delta) does not decrease with the count
+        nor increase with delta, so every cell left out (``capped``) has a true eps above the
+        cap.  Errors of a single cell become notes; transient errors (``OSError``, a
+        ``MemoryError`` other than :class:`GridTooLargeError`) propagate so a caller can retry.
         """
         from ..pld.tradeoff import alpha_array
 
-        fprs = alpha_array("fprs", fprs)
+        deltas = V.delta_array("deltas", deltas)
         ks = [V.steps(f"steps[{i}]", k) for i, k in enumerate(steps)]
+        fprs = alpha_array("fprs", fprs) if len(np.atleast_1d(fprs)) else np.zeros(0)
+        S, D, F = len(ks), deltas.size, fprs.size
+        if eps_cap is not None:
+            eps_cap = V.positive_finite("eps_cap", eps_cap)
+            if F:
+                raise ValueError("eps_cap: cannot be combined with false-positive rates (fprs)")
+        why = self._refusal(event)
+        if why:
+            nan = np.full((S, D), np.nan)
+            return StepsTables(nan, nan.copy(), nan.copy(), [], np.full((S, F), np.nan), np.full((S, F), np.nan),
+                               [], why if F else "", self.kind, why)
+        capped = None
+        if eps_cap is not None:
+            lo, est, up, notes, capped = self._capped(event, ks, deltas, eps_cap)
+            t = StepsTables(lo, est, up, notes, np.zeros((S, 0)), np.zeros((S, 0)), [], "")
+        elif F:
+            t = self._tables(event, ks, deltas, fprs)
+        else:
+            lo, est, up, notes = self.epsilon_per_steps(event, ks, deltas)
+            t = StepsTables(lo, est, up, notes, np.zeros((S, 0)), np.zeros((S, 0)), [], "")
+        lo, up = np.asarray(t.eps_lower, dtype=float), np.asarray(t.eps_upper, dtype=float)
+        if self.kind == "estimate":  # an estimate is never stored as a bound
+            lo, up = np.full((S, D), np.nan), np.full((S, D), np.nan)
+        elif self.kind == "upper":
+            lo = np.full((S, D), np.nan)
+        return t._replace(eps_lower=lo, eps_upper=up, eps_estimate=np.asarray(t.eps_estimate, dtype=float),
+                          kind=self.kind, capped=capped)
+
+    def _refusal(self, event) -> str:
+        """Why this method cannot take ``event`` ("" if it can)."""
+        if self.supports(event):
+            return ""
+        try:
+            self.fresh().compose(event)
+        except UnsupportedEventError as e:
+            return str(e)
+        return ""  # compose accepts it after all: let the computation say what goes wrong
+
+    #: steps values computed per call when a row stops at ``eps_cap`` (ascending)
+    CAP_CHUNK = 6
+
+    def _capped(self, event, ks, deltas, cap: float):
+        """:meth:`epsilon_per_steps` in ascending chunks of :data:`CAP_CHUNK` steps values,
+        stopping after the first chunk whose largest count has certified lower bounds above
+        ``cap`` at every delta (see :meth:`tables_per_steps`)."""
+        S, D = len(ks), deltas.size
+        lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
+        notes: list = []
+        order = sorted(range(S), key=lambda i: ks[i])
+        done = 0
+        while done < S:
+            idx = order[done: done + self.CAP_CHUNK]
+            l_, e_, u_, n_ = self.epsilon_per_steps(event, [ks[i] for i in idx], deltas)
+            lo[idx], est[idx], up[idx] = l_, e_, u_
+            notes += list(n_)
+            done += len(idx)
+            last = np.asarray(l_, dtype=float)[-1]
+            if np.all(np.isfinite(last)) and float(np.min(last)) > cap:
+                break
+        capped = np.zeros((S, D), dtype=bool)
+        if done < S:
+            k0 = ks[order[done - 1]]
+            capped[order[done:]] = True
+            notes.append(f"steps > {k0} not computed: eps > eps_cap={cap:g} there (certified lower bound "
+                         f"{float(np.min(lo[order[done - 1]])):.4g} at steps={k0})")
+        return lo, est, up, notes, capped
+
+    def _tables(self, event, ks, deltas, fprs) -> StepsTables:
+        """The epsilon and TPR tables (validated arguments, ``fprs`` non-empty).  By default one
+        accountant per steps value (:meth:`_for_count`) answers both (the epsilons come from
+        :meth:`epsilon_per_steps` where a method overrides it to share work); the PLD accountant
+        answers both from accountants sharing one discretisation, SPA from one CGF table."""
         accs = {}
 
         def make(k):
@@ -485,9 +605,7 @@ class Accountant:
             return accs[k]
 
         if type(self).epsilon_per_steps is Accountant.epsilon_per_steps:
-            # one accountant per steps value answers both tables
-            deltas = V.delta_array("deltas", deltas)
-            lo, est, up, notes = self._table(ks, deltas, make)
+            lo, est, up, notes = self._table(ks, deltas, make)  # one accountant per steps value: both tables
         else:
             lo, est, up, notes = self.epsilon_per_steps(event, ks, deltas)
         tlo, tup, tnotes, why = self._tpr_table(ks, fprs, make)
@@ -500,8 +618,9 @@ class Accountant:
         S, F = len(ks), fprs.size
         lo, up = np.full((S, F), np.nan), np.full((S, F), np.nan)
         if self.kind not in ("certified", "upper"):
-            return lo, up, [], (f"{self.method}: no certified trade-off curve (kind {self.kind!r}: its answers "
-                                "are estimates)")
+            what = ("another library's numbers, which pldlib does not certify" if self.kind == "peer"
+                    else "its answers are estimates")
+            return lo, up, [], f"{self.method}: no certified trade-off curve (kind {self.kind!r}: {what})"
         notes = []
         for i, k in enumerate(ks):
             try:
@@ -529,9 +648,8 @@ class Accountant:
         Transient errors (``OSError``, a ``MemoryError`` other than
         :class:`GridTooLargeError`) propagate so that a caller can retry; so does a
         ``NotImplementedError``, ``TypeError`` or ``ValueError`` of the first steps value
-        (a bad event, not a bad cell).  Others become notes; a
-        :class:`PrecisionLimitError` of the vectorised query is retried delta by delta so
-        that the answerable deltas are kept.
+        (a bad event, not a bad cell).  Others become notes; a failed vectorised
+        query is retried delta by delta so that the answerable deltas are kept.
         """
         S, D = len(ks), deltas.size
         lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
@@ -549,16 +667,18 @@ class Accountant:
                 continue
             try:
                 _put(acc.epsilon(deltas), lo, est, up, i, slice(None))
-            except V.PrecisionLimitError:
-                for j, d in enumerate(deltas):
-                    try:
-                        _put(acc.epsilon(float(d)), lo, est, up, i, j)
-                    except V.PrecisionLimitError as e:
-                        notes.append(f"steps={k}: {type(e).__name__}: {e}")
             except Exception as e:
                 if transient(e):
                     raise
-                notes.append(f"steps={k}: {type(e).__name__}: {e}")
+                # keep the answerable deltas: one at a time, each failure a note
+                for j, d in enumerate(deltas):
+                    try:
+                        _put(acc.epsilon(float(d)), lo, est, up, i, j)
+                    except Exception as e1:
+                        if transient(e1):
+                            raise
+                        notes.append(f"steps={k} delta={d:g}: {type(e1).__name__}: {e1}"
+                                     if deltas.size > 1 else f"steps={k}: {type(e1).__name__}: {e1}")
             if release and hasattr(acc, "_release"):
                 acc._release()
         return lo, est, up, notes
@@ -603,10 +723,9 @@ def branch_labels(per_comp) -> list[str]:
 
 
 def _put(r, lo, est, up, i, j):
-    if isinstance(r, Estimate):
-        lo[i, j], est[i, j], up[i, j] = r.lower, r.estimate, r.upper
-    else:
-        lo[i, j], up[i, j] = r.lower, r.upper
+    lo[i, j], up[i, j] = r.lower, r.upper
+    if r.estimate is not None:
+        est[i, j] = r.estimate
 
 
 def scalar_or_array(scalar: bool, *arrays):

@@ -5,7 +5,7 @@ Dong, Long and Su (2020): mu = q sqrt(k (e^{1/sigma^2} - 1)) (per mechanism,
 mu^2 adding over a heterogeneous sequence), read through the Gaussian curve
 delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).  It is an
 **estimate that under-reports** the privacy loss of DP-SGD (it is a limit,
-not a bound): results are always ``Estimate(lower=nan, estimate=x,
+not a bound): results are always ``Interval(lower=nan, upper=nan, estimate=x,
 upper=nan)``.  For the unsampled Gaussian (q = 1) mu = sqrt(k) / sigma,
 which happens to be exact, but it is labelled an estimate all the same.
 Same support as RDP.
@@ -18,7 +18,7 @@ import numpy as np
 from scipy import special
 
 from .. import _validate as V
-from .base import Estimate, components_of
+from .base import Interval, components_of
 from .rdp import GaussianFormulaAccountant, gaussian_params
 
 __all__ = ["account_clt", "CLTAccountant"]
@@ -28,7 +28,7 @@ class CLTAccountant(GaussianFormulaAccountant):
     """Gaussian-DP central-limit approximation: an estimate (under-reports), never a guarantee.
 
     ``CLTAccountant(relation).compose(event, count)``; answers are
-    ``Estimate(lower=nan, estimate=x, upper=nan)``.
+    ``Interval(lower=nan, upper=nan, estimate=x, upper=nan)``.
     """
 
     method = "clt"
@@ -67,25 +67,25 @@ class CLTAccountant(GaussianFormulaAccountant):
                 break
         return hi
 
-    def epsilon(self, delta) -> Estimate:
-        """eps(delta): ``Estimate(lower=nan, estimate=x, upper=nan)`` -- an estimate only."""
+    def epsilon(self, delta) -> Interval:
+        """eps(delta): ``Interval(lower=nan, upper=nan, estimate=x, upper=nan)`` -- an estimate only."""
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
         e = self._eps(self.mu, deltas)
         nan = np.full_like(e, np.nan)
         if scalar:
-            return Estimate(math.nan, float(e[0]), math.nan)
-        return Estimate(nan, e, nan)
+            return Interval(math.nan, math.nan, estimate=float(e[0]), kind="estimate")
+        return Interval(nan, nan, estimate=e, kind="estimate")
 
-    def delta(self, epsilon) -> Estimate:
-        """delta(eps): ``Estimate(lower=nan, estimate=x, upper=nan)`` -- an estimate only."""
+    def delta(self, epsilon) -> Interval:
+        """delta(eps): ``Interval(lower=nan, upper=nan, estimate=x, upper=nan)`` -- an estimate only."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
         d = np.exp(self._log_delta(self.mu, eps))
         nan = np.full_like(d, np.nan)
         if scalar:
-            return Estimate(math.nan, float(d[0]), math.nan)
-        return Estimate(nan, d, nan)
+            return Interval(math.nan, math.nan, estimate=float(d[0]), kind="estimate")
+        return Interval(nan, nan, estimate=d, kind="estimate")
 
     def epsilon_grid(self, steps, deltas):
         """(nan, estimate, nan) on a (steps x delta) grid for a single mechanism."""

@@ -12,7 +12,7 @@ and widen it to
 upper`` holds for every mechanism, sampling scheme and neighbouring relation
 that :func:`pldlib.account` supports (the PRV of each branch comes from the
 profile's sf/cdf; branches are composed separately and the answers are the
-maximum over branches).  Answers are :class:`~pldlib.Estimate` triples
+maximum over branches).  Answers are :class:`~pldlib.Interval` answers with an ``estimate``
 (lower, estimate, upper); the estimate is the paper's delta~ itself and
 carries no guarantee.
 
@@ -110,9 +110,9 @@ import scipy.fft as sfft
 
 from .. import _validate as V
 from .._validate import PrecisionLimitError
-from .base import Accountant, Estimate, branch_labels, components_of
+from .base import Accountant, Interval, branch_labels, components_of
 from ..pld import compose as _C
-from ..pld.accountant import DEFAULT_MEMORY_BUDGET
+from .pld import DEFAULT_MEMORY_BUDGET
 from ..pld.compose import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
 from ..profiles.base import SF_REL_ACCURACY, TAIL_LOG_ACCURACY, VALUE_ABS_FLOOR, loss_range, value_error
 from ..profiles.mixtures import MaxProfile, MixtureProfile
@@ -413,7 +413,7 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
         1e-3 of the smallest delta you will query if that is smaller).
     max_bins : cap on the bins of one step and on the FFT length.
     memory_budget : bytes the accountant's compositions may use (default 1 GB,
-        :data:`~pldlib.pld.accountant.DEFAULT_MEMORY_BUDGET`): about BYTES_PER_BIN per FFT
+        :data:`~pldlib.methods.pld.DEFAULT_MEMORY_BUDGET`): about BYTES_PER_BIN per FFT
         point while one is made and read, RETAINED_BYTES_PER_BIN per point for each one kept.
         Cached compositions are dropped to stay inside it; a composition (or a step) that
         cannot fit raises :class:`~pldlib.GridTooLargeError` before it allocates.
@@ -421,7 +421,7 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
     Returns
     -------
     PRVAccountant with ``.epsilon(delta)`` and ``.delta(epsilon)`` returning
-    :class:`~pldlib.Estimate` (lower, estimate, upper); lower and upper are certified.
+    :class:`~pldlib.Interval` (lower, upper, estimate); lower and upper are certified.
     """
     return PRVAccountant.for_mechanism(mechanism, steps, eps_error=eps_error, delta_error=delta_error,
                                        max_bins=max_bins, memory_budget=memory_budget)
@@ -606,7 +606,7 @@ class PRVAccountant(Accountant):
     """PRV accounting (docs/MATH.md section 5.2; see :func:`account_prv` and the module docstring).
 
     ``PRVAccountant(relation, eps_error=0.01, delta_error=None, max_bins=..., memory_budget=...)
-    .compose(event, count)``; answers are :class:`Estimate`: certified lower and upper
+    .compose(event, count)``; answers are :class:`Interval`: certified lower and upper, with an ``estimate``
     around the PRV central estimate (no guarantee).
 
     Memory: every composition is sized before it allocates (its FFT length N is known from
@@ -926,7 +926,7 @@ class PRVAccountant(Accountant):
         return self._retilt(br, self._delta_at, eps, 0.0, 0.0, propose)
 
     # -- public queries -----------------------------------------------------------
-    def epsilon(self, delta) -> Estimate:
+    def epsilon(self, delta) -> Interval:
         """Certified (lower, upper) and the PRV estimate of eps(delta), vectorised over delta."""
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
@@ -956,8 +956,8 @@ class PRVAccountant(Accountant):
         lo = np.minimum(lo, up)
         est = np.clip(est, lo, up)
         if scalar:
-            return Estimate(float(lo[0]), float(est[0]), float(up[0]))
-        return Estimate(lo, est, up)
+            return Interval(float(lo[0]), float(up[0]), estimate=float(est[0]))
+        return Interval(lo, up, estimate=est)
 
     def _direction_deltas(self, eps: np.ndarray) -> list:
         """Certified (lower, upper) of each branch's own delta(eps) (trade-off curves, docs/MATH.md
@@ -969,7 +969,7 @@ class PRVAccountant(Accountant):
             out.append((np.minimum(l, u), u))
         return out
 
-    def delta(self, epsilon) -> Estimate:
+    def delta(self, epsilon) -> Interval:
         """Certified (lower, upper) and the PRV estimate of delta(eps), vectorised over eps."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
@@ -984,5 +984,5 @@ class PRVAccountant(Accountant):
         lo = np.minimum(lo, up)
         est = np.clip(est, lo, up)
         if scalar:
-            return Estimate(float(lo[0]), float(est[0]), float(up[0]))
-        return Estimate(lo, est, up)
+            return Interval(float(lo[0]), float(up[0]), estimate=float(est[0]))
+        return Interval(lo, up, estimate=est)

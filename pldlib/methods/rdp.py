@@ -13,7 +13,7 @@ Canonne-Kamath-Steinke 2020, Prop 12), the one TensorFlow Privacy uses:
     delta(eps) = min_alpha exp((alpha-1)(RDP(alpha) - eps) + (alpha-1) ln(1 - 1/alpha) - ln alpha).
 
 It is an **upper bound** (a guarantee, loose by design): results are
-``Estimate(lower=nan, estimate=x, upper=x)`` -- no lower bound is offered.
+``Interval(nan, x, estimate=x, kind="upper")`` -- no lower bound is offered.
 The integer-order formula is the RDP of the Poisson *remove* pair; Mironov et
 al. show it also bounds the add direction for the sampled Gaussian, so it
 covers the relations add, remove and add_remove.  WOR sampling with
@@ -33,7 +33,7 @@ from scipy import special
 
 from .. import _validate as V
 from .. import events as E
-from .base import Accountant, Estimate, UnsupportedEventError, components_of
+from .base import Accountant, Interval, UnsupportedEventError, components_of
 
 __all__ = ["account_rdp", "RDPAccountant", "GaussianFormulaAccountant", "RDP_ORDERS", "rdp_single_step", "gaussian_params"]
 
@@ -108,7 +108,7 @@ class RDPAccountant(GaussianFormulaAccountant):
     """Moments accountant (integer orders, improved conversion): an upper bound only.
 
     ``RDPAccountant(relation, orders=RDP_ORDERS).compose(event, count)``; answers are
-    ``Estimate(lower=nan, estimate=x, upper=x)`` with x a certified upper bound.
+    ``Interval(nan, x, estimate=x, kind="upper")`` with x a certified upper bound.
     """
 
     method = "rdp"
@@ -137,18 +137,18 @@ class RDPAccountant(GaussianFormulaAccountant):
         e = rdp[..., None, :] + np.log1p(-1.0 / a) - (np.log(deltas)[:, None] + np.log(a)) / (a - 1.0)
         return np.maximum(e.min(axis=-1), 0.0)
 
-    def epsilon(self, delta) -> Estimate:
-        """eps(delta): ``Estimate(lower=nan, estimate=x, upper=x)`` (x is an upper bound)."""
+    def epsilon(self, delta) -> Interval:
+        """eps(delta): ``Interval(nan, x, estimate=x, kind="upper")`` (x is an upper bound)."""
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
         e = self._eps(self.rdp, deltas)
         nan = np.full_like(e, np.nan)
         if scalar:
-            return Estimate(math.nan, float(e[0]), float(e[0]))
-        return Estimate(nan, e, e)
+            return Interval(math.nan, float(e[0]), estimate=float(e[0]), kind="upper")
+        return Interval(nan, e, estimate=e, kind="upper")
 
-    def delta(self, epsilon) -> Estimate:
-        """delta(eps): ``Estimate(lower=nan, estimate=x, upper=x)`` (x is an upper bound)."""
+    def delta(self, epsilon) -> Interval:
+        """delta(eps): ``Interval(nan, x, estimate=x, kind="upper")`` (x is an upper bound)."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
         a = self.orders
@@ -156,8 +156,8 @@ class RDPAccountant(GaussianFormulaAccountant):
         d = np.minimum(np.exp(ld.min(axis=1)), 1.0)
         nan = np.full_like(d, np.nan)
         if scalar:
-            return Estimate(math.nan, float(d[0]), float(d[0]))
-        return Estimate(nan, d, d)
+            return Interval(math.nan, float(d[0]), estimate=float(d[0]), kind="upper")
+        return Interval(nan, d, estimate=d, kind="upper")
 
     def epsilon_grid(self, steps, deltas):
         """(lower, estimate, upper) on a (steps x delta) grid for a single mechanism (lower is NaN)."""

@@ -102,7 +102,7 @@ from scipy import special
 
 from .. import _validate as V
 from .._validate import PrecisionLimitError
-from .base import Accountant, Estimate, branch_labels, components_of
+from .base import Accountant, Interval, branch_labels, components_of
 from .cgf import ComposedCGF, mechanism_cgfs, mul_up
 
 __all__ = [
@@ -309,14 +309,14 @@ def account_spa(mechanism, steps: int | None = None, *, t_range=(1e-5, 1e4), nod
     """Saddle-point accountant for ``steps`` compositions of ``mechanism`` (or a list of (mechanism, steps)).
 
     Returns an :class:`SPAAccountant`; its ``delta(eps)`` / ``epsilon(delta)``
-    give :class:`~pldlib.Estimate` (lower, estimate = SP-MSD1,
-    upper): ``lower``/``upper`` are certified (Berry-Esseen + Chernoff, see the
+    give :class:`~pldlib.Interval` (lower, upper, estimate = SP-MSD1):
+    ``lower``/``upper`` are certified (Berry-Esseen + Chernoff, see the
     module docstring), the estimate is an approximation.
 
     Examples
     --------
     >>> acc = account_spa(Gaussian(sigma=1.0, q=0.01, sampling="poisson"), steps=10_000)
-    >>> acc.epsilon(1e-6)   # Estimate(lower=..., estimate=..., upper=...)
+    >>> acc.epsilon(1e-6)   # Interval(lower=..., upper=..., estimate=...)
     """
     return SPAAccountant.for_mechanism(mechanism, steps, t_range=t_range, nodes_per_decade=nodes_per_decade,
                                        on_edge=on_edge)
@@ -326,7 +326,7 @@ class SPAAccountant(Accountant):
     """Saddle-point accounting (docs/MATH.md section 7; see :func:`account_spa`).
 
     ``SPAAccountant(relation, t_range=..., nodes_per_decade=32, on_edge="raise")
-    .compose(event, count)``; answers are :class:`Estimate`: certified lower and
+    .compose(event, count)``; answers are :class:`Interval`: certified lower and
     upper (Berry-Esseen + Chernoff) around the SP-MSD1 estimate (no guarantee).
     """
 
@@ -365,8 +365,8 @@ class SPAAccountant(Accountant):
         lo, est, up = acc.epsilon_grid(np.asarray(steps), np.asarray(deltas, dtype=float))
         return np.asarray(lo, float), np.asarray(est, float), np.asarray(up, float), []
 
-    def tables_per_steps(self, event, steps, deltas, fprs):
-        """As :meth:`Accountant.tables_per_steps`, from one CGF table for all steps values: the
+    def _tables(self, event, steps, deltas, fprs):
+        """As :meth:`Accountant._tables`, from one CGF table for all steps values: the
         epsilons by :meth:`epsilon_grid`, the TPRs from accountants whose composed tables are the
         one-step table scaled by the count (:meth:`_scaled`)."""
         from ..pld.tradeoff import alpha_array
@@ -855,9 +855,9 @@ class SPAAccountant(Accountant):
                 f"[{res['lower'][i]:.6g}, {res['upper'][i]:.6g}] (use on_edge='flag' to get them with NaN "
                 "estimates, or widen t_range)")
         # an estimate outside the certified interval is moved to its nearest end
-        est = Estimate(res["lower"], np.clip(res["msd1"], res["lower"], res["upper"]), res["upper"])
+        est = Interval(res["lower"], res["upper"], estimate=np.clip(res["msd1"], res["lower"], res["upper"]))
         if scalar:
-            est = Estimate(float(est.lower[0]), float(est.estimate[0]), float(est.upper[0]))
+            est = Interval(float(est.lower[0]), float(est.upper[0]), estimate=float(est.estimate[0]))
             flags = int(flags[0])
         return (est, flags) if return_flags else est
 
@@ -899,7 +899,7 @@ class SPAAccountant(Accountant):
         return out
 
     def delta(self, epsilon, return_flags: bool = False):
-        """Estimate(lower, SP-MSD1, upper) of delta(eps), vectorised over eps; lower/upper certified.
+        """Interval(lower, upper, estimate=SP-MSD1) of delta(eps), vectorised over eps; lower/upper certified.
 
         The estimate is SP-MSD1 moved into [lower, upper] where it falls outside
         (``delta_all`` gives the raw values).  Flagged cells raise
@@ -929,7 +929,7 @@ class SPAAccountant(Accountant):
         return self._eps_generic(np.ones(1), np.zeros(deltas.size, dtype=np.int64), deltas, methods)
 
     def epsilon(self, delta, return_flags: bool = False):
-        """Estimate(lower, SP-MSD1, upper) of eps(delta), vectorised over delta; lower/upper certified.
+        """Interval(lower, upper, estimate=SP-MSD1) of eps(delta), vectorised over delta; lower/upper certified.
 
         Same conventions as :meth:`delta`.  ``lower`` falls back to ln(1 - delta)
         where Berry-Esseen certifies nothing (flag FLAG_NO_LOWER, informational).

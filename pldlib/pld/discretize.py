@@ -12,7 +12,7 @@ Three discretisations, each with a stated direction:
   in between, hence lies above it (convexity).
 * :func:`convex_hull_optimistic` -- optimistic: tangents at neighbouring grid
   points evaluated at each grid point, lower convex hull, then the
-  connect-the-dots formulas on the hull values (seed 000, Algorithm 2).
+  connect-the-dots formulas on the hull values (Doroshenko et al., *Connect the Dots*, Algorithm 2).
   The hull lies under the true curve and is itself a valid hockey-stick curve.
 * :func:`privacy_buckets` -- the classic rounding of losses up (pessimistic) or
   down (optimistic); kept only as a comparison baseline.
@@ -461,7 +461,7 @@ def _lower_hull_values(px: np.ndarray, py: np.ndarray, x_eval: np.ndarray, verti
 
 
 def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
-    """Optimistic PLD from tangents + lower convex hull (seed 000, Algorithm 2).
+    """Optimistic PLD from tangents + lower convex hull (*Connect the Dots*, Algorithm 2).
 
     In alpha form (alpha = e^eps): candidate values at each grid point are the
     tangent of h at the neighbouring grid point on the side away from alpha = 1

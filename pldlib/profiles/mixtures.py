@@ -629,9 +629,11 @@ def poisson_substitution(noise, q: float) -> MixtureProfile:
                           (-lmax, lmax))
 
 
-def shift_mixture_remove(noise: GaussianNoise, weights) -> MixtureProfile:
+def shift_mixture_remove(noise: GaussianNoise, weights, shifts=None) -> MixtureProfile:
     """Remove direction of a user-level step (docs/MATH.md section 13.1):
-    P = sum_k w_k B_{kD} (k = 0..g, w = ``weights``), Q = B_0, Gaussian noise B = N(0, s^2).
+    P = sum_k w_k B_{kD} (k = 0..g, w = ``weights``), Q = B_0, Gaussian noise B = N(0, s^2);
+    with ``shifts`` (c_k >= 0, any reals: a mixture of Gaussians, MATH.md section 13.6)
+    P = sum_k w_k B_{c_k} instead of shifts k D.
 
     With a_k = kD/s^2 and b_k = (kD)^2/(2 s^2) the loss is L(x) = ln sum_k w_k e^{a_k x - b_k},
     a log-sum-exp of increasing affine functions: increasing and convex in x, from ln w_0
@@ -647,19 +649,35 @@ def shift_mixture_remove(noise: GaussianNoise, weights) -> MixtureProfile:
     if not isinstance(noise, GaussianNoise):
         raise TypeError("shift_mixture_remove: Gaussian noise only")
     w = np.asarray(weights, dtype=float)
-    if w.ndim != 1 or w.size < 2 or np.any(w < 0) or not np.isfinite(w).all() or abs(w.sum() - 1) > 1e-9:
-        raise ValueError("weights must be a probability vector over the shifts 0, D, 2D, ...")
-    ks = np.nonzero(w > 0)[0]
-    if ks[-1] == 0:
-        raise ValueError("weights: some shift k >= 1 needs positive weight")
-    lw = np.log(w[ks])
-    c = ks * noise.D
+    if shifts is None:
+        if w.ndim != 1 or w.size < 2 or np.any(w < 0) or not np.isfinite(w).all() or abs(w.sum() - 1) > 1e-9:
+            raise ValueError("weights must be a probability vector over the shifts 0, D, 2D, ...")
+        ks = np.nonzero(w > 0)[0]
+        if ks[-1] == 0:
+            raise ValueError("weights: some shift k >= 1 needs positive weight")
+        wk, c = w[ks], ks * noise.D
+        w0 = float(w[0])
+    else:
+        c_all = np.asarray(shifts, dtype=float)
+        if (w.ndim != 1 or c_all.shape != w.shape or np.any(w < 0) or not np.isfinite(w).all()
+                or abs(w.sum() - 1) > 1e-9):
+            raise ValueError("weights must be a probability vector, one weight per shift")
+        if not np.isfinite(c_all).all() or np.any(c_all < 0):
+            raise ValueError("shifts must be finite and >= 0")
+        keep = w > 0
+        cu, inv = np.unique(c_all[keep], return_inverse=True)  # sorted, equal shifts merged
+        wu = np.bincount(inv, weights=w[keep])
+        w0 = float(wu[0]) if cu[0] == 0.0 else 0.0
+        if cu[-1] == 0.0:
+            raise ValueError("shifts: some shift > 0 needs positive weight")
+        wk, c = wu, cu
+        ks = np.arange(c.size)  # (positions only: which entries are the shift 0 below)
+    lw = np.log(wk)
     s2 = noise.s ** 2
     a, b = c / s2, c * c / (2 * s2)
-    w0 = float(w[0])
     log_w0 = math.log(w0) if w0 > 0 else -np.inf
-    pos = ks > 0
-    lw1, a1, b1 = lw[pos], a[pos], b[pos]  # the k >= 1 terms
+    pos = c > 0
+    lw1, a1, b1 = lw[pos], a[pos], b[pos]  # the terms of positive shift
 
     def h_slope(x):
         """(h(x), h'(x)) with h(x) = ln sum_{k>=1} w_k e^{a_k x - b_k}, for finite x (1-d array):
@@ -718,7 +736,7 @@ def shift_mixture_remove(noise: GaussianNoise, weights) -> MixtureProfile:
         out = np.where(np.isnan(e), np.nan, out)
         return out.reshape(shape)
 
-    return MixtureProfile(noise, w[ks], c, [1.0], [0.0], threshold, loss, (log_w0, np.inf))
+    return MixtureProfile(noise, wk, c, [1.0], [0.0], threshold, loss, (log_w0, np.inf))
 
 
 class MaxProfile(PrivacyProfile):

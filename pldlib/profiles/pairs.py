@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 
 from .. import events as E
 from .base import PrivacyProfile, approx_dp_profile, randomized_response_profile, GaussianProfile, LaplaceProfile
-from .mixtures import GaussianNoise, LaplaceNoise, LatticeNoise
+from .mixtures import GaussianNoise, LaplaceNoise, LatticeNoise, shift_mixture_remove
 
 __all__ = ["Branch", "MechanismMaths", "register", "maths_of", "family_of", "unsampled_branches",
            "UnsupportedEventError"]
@@ -131,3 +131,21 @@ def _profile_branches(e, relation: str) -> list[Branch]:
 
 
 register(E.ProfileEvent, pair=lambda e, c: e.profile, relation_aware=False, branches=_profile_branches)
+
+
+def _mog_remove(e) -> PrivacyProfile:
+    """P = sum_i p_i N(c_i, sigma^2) against Q = N(0, sigma^2) (MATH.md section 13.6)."""
+    return shift_mixture_remove(GaussianNoise(e.sigma, max(e.sensitivities)), e.probabilities, e.sensitivities)
+
+
+def _mog_branches(e, relation: str) -> list[Branch]:
+    if relation == "substitution":
+        raise UnsupportedEventError("a mixture of Gaussians has dominating pairs for add and remove only (as in "
+                                    "dp_accounting); substitution is not supported")
+    rem = _mog_remove(e)
+    add = rem.reversed()
+    return {"remove": [Branch("remove", rem, rem)], "add": [Branch("add", add, add)],
+            "add_remove": [Branch("add", add, add), Branch("remove", rem, rem)]}[relation]
+
+
+register(E.MixtureOfGaussiansEvent, pair=lambda e, c: _mog_remove(e), symmetric=False, branches=_mog_branches)

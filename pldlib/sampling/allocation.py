@@ -19,7 +19,7 @@ take the better of its own bounds and the unamplified closed forms on each side
 The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
 adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The lattice
 pairs are per-epoch pairs: the PLD accountant composes them once per epoch
-(:meth:`RandomAllocation.epoch_branches`, :func:`pldlib.pld.schedule.epoch_components`).
+(:meth:`RandomAllocation.epoch_branches`, :func:`pldlib.methods.schedule.epoch_components`).
 """
 from __future__ import annotations
 
@@ -183,27 +183,6 @@ class MaxCoordinateProfile(PrivacyProfile):
 
     def sf_q(self, eps):
         return self._shape(eps, -np.expm1(self._logcdf(self._m(eps), False)))
-
-
-def max_coordinate_accountant(sigma: float, t: int, epochs: int, relation: str = "add_remove"):
-    """The PLD accountant of the E-fold composition of :class:`MaxCoordinateProfile` (remove;
-    add: reversed; add_remove: both).  Only its **lower** ends are bounds for random allocation
-    or shuffling (``.epsilon(delta).lower``, ``.delta(eps).lower``)."""
-    from .. import PLDAccountant
-
-    V_t = epoch_length(1.0 / t)
-    prof = MaxCoordinateProfile(sigma, V_t)
-    ev = E.ProfileEvent(prof, prof.reversed()) if relation == "add_remove" else \
-        E.ProfileEvent(prof if relation == "remove" else prof.reversed())
-    return PLDAccountant(relation).compose(ev, epochs)
-
-
-def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relation: str = "add_remove"):
-    """Certified lower bound on epsilon(delta) of ``epochs`` epochs of random allocation or
-    shuffling with t batches (Gaussian noise multiplier ``sigma``): the PLD optimistic side of
-    the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
-    the larger)."""
-    return max_coordinate_accountant(sigma, t, epochs, relation).epsilon(delta).lower
 
 
 # -- the amplified per-epoch upper bound (docs/MATH.md 13.2) --------------------------------

@@ -52,7 +52,7 @@ class SamplingScheme:
         """Dominating pairs of one whole *epoch* (``steps_multiple(q)`` steps), for a scheme whose
         bound is a per-epoch pair rather than a per-step one; None (the default): use
         :meth:`branches` per step.  Accountants that read it compose ``steps / t`` epochs
-        (:func:`pldlib.pld.schedule.epoch_components`); the others use the per-step branches."""
+        (:func:`pldlib.methods.schedule.epoch_components`); the others use the per-step branches."""
         return None
 
     def __repr__(self) -> str:

@@ -323,7 +323,7 @@ def _classify(e):
 
 def _build(case):
     from pldlib.methods import make_accountant
-    from pldlib.pld.accountant import PLDAccountant
+    from pldlib.methods.pld import PLDAccountant
 
     method = case.get("method", "pld")
     if method == "pld":

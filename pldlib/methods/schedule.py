@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from .. import events as E
-from ..methods.base import Step
+from .base import Step
 from ..profiles.pairs import Branch
 
 #: distinct subsampled-Gaussian steps from which a schedule is grouped

@@ -25,17 +25,17 @@ from .. import events as E
 from .. import exact as X
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
-from ..methods.base import (Accountant, Estimate, Interval, Step, StepsTables, as_event,  # noqa: F401
+from .base import (Accountant, Interval, Step, StepsTables, as_event,  # noqa: F401
                             branch_labels, components_of)
 from .schedule import GROUP_RATIO, EpochStep, GroupedStep, epoch_components, group_schedule
 from ..sampling.allocation import with_unamplified
-from .compose import (CUT_REL, DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt,
+from ..pld.compose import (CUT_REL, DEFAULT_MAX_BINS, Composition, UntiltError, _fft_threads, compose, estimate_tilt,
                       solve_tilt)
-from .discretize import (Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, kept_points,
+from ..pld.discretize import (Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, kept_points,
                          privacy_buckets)
 from ..profiles.base import loss_range
 
-__all__ = ["Interval", "Estimate", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
+__all__ = ["Interval", "account", "account_steps", "PLDAccountant", "PrecisionLimitError", "GridTooLargeError",
            "DISCRETISATIONS", "AccuracyLimitedWarning", "DEFAULT_MEMORY_BUDGET", "DEFAULT_TIME_BUDGET"]
 
 
@@ -146,7 +146,7 @@ def _discretisation(name) -> str:
     return name
 
 
-def account(mechanism, steps: int | None = None, *, interval: float | None = None,
+def account(mechanism, steps: int | None = None, *, spacing: float | None = None, interval: float | None = None,
             max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
             lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET,
             time_budget: float | None = DEFAULT_TIME_BUDGET) -> "PLDAccountant":
@@ -157,7 +157,8 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     mechanism : Mechanism or list of (Mechanism, steps)
     steps : number of compositions: required for a single mechanism (no silent default of
         one step: ``TypeError`` names it), not given with a list of (mechanism, steps)
-    interval : grid spacing h of the privacy-loss discretisation (the accuracy
+    spacing : grid spacing h of the privacy-loss discretisation (``interval`` is an older
+        name of the same argument; the accountant's ``spacing`` attribute says which it used) (the accuracy
         knob); by default chosen from the composed loss distribution so that the
         relative width of eps intervals is well under 1% in typical use.
     max_bins : cap on FFT length (memory guard)
@@ -198,7 +199,7 @@ def account(mechanism, steps: int | None = None, *, interval: float | None = Non
     >>> acc = account(Gaussian(sigma=0.8), steps=1000)
     >>> acc.epsilon(1e-6)            # Interval(lower=..., upper=...)
     """
-    return PLDAccountant.for_mechanism(mechanism, steps, interval=interval, max_bins=max_bins,
+    return PLDAccountant.for_mechanism(mechanism, steps, spacing=spacing, interval=interval, max_bins=max_bins,
                                        discretisation=discretisation, lower_bound=lower_bound,
                                        memory_budget=memory_budget, time_budget=time_budget)
 
@@ -340,7 +341,7 @@ _U = np.finfo(float).eps / 2
 
 def _per_epoch(step) -> bool:
     """Whether ``step`` belongs to a scheme accounted per epoch (its steps are composed as
-    :class:`~pldlib.pld.schedule.EpochStep` s, so per-step statistics do not describe them)."""
+    :class:`~pldlib.methods.schedule.EpochStep` s, so per-step statistics do not describe them)."""
     ev = step.event
     if not (isinstance(ev, E.Sampled) and ev.q < 1.0):
         return False
@@ -802,8 +803,9 @@ def _rule_interval(stats, counts, edge_factor: float | None = 1.0, c: float | No
 class PLDAccountant(Accountant):
     """Certified PLD accounting (docs/MATH.md sections 3-5): events in, intervals out.
 
-    ``PLDAccountant(relation, interval=None, max_bins=..., discretisation=...,
+    ``PLDAccountant(relation, spacing=None, max_bins=..., discretisation=...,
     lower_bound=True).compose(event, count)``; see :func:`account` for the options.
+    ``spacing`` is the grid spacing used (built on first use; ``interval`` is its older name).
     Each query answers with an :class:`Interval` whose ``upper`` is a certified upper
     bound (connect-the-dots, pessimistic) and ``lower`` a certified lower bound
     (tangents + convex hull, optimistic).
@@ -812,11 +814,15 @@ class PLDAccountant(Accountant):
     method = "pld"
     kind = "certified"
 
-    def __init__(self, relation: str = "add_remove", *, interval: float | None = None,
-                 max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
-                 lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-                 time_budget: float | None = DEFAULT_TIME_BUDGET):
+    def __init__(self, relation: str = "add_remove", *, spacing: float | None = None,
+                 interval: float | None = None, max_bins: int = DEFAULT_MAX_BINS,
+                 discretisation: str = "connect_the_dots", lower_bound: bool = True,
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, time_budget: float | None = DEFAULT_TIME_BUDGET):
         super().__init__(relation)
+        if spacing is not None:  # (``interval`` is the older name of the grid spacing)
+            if interval is not None and interval != spacing:
+                raise ValueError(f"spacing: given twice, as spacing={V.fmt(spacing)} and interval={V.fmt(interval)}")
+            interval = spacing
         self.memory_budget = V.positive_int("memory_budget", memory_budget)
         self.time_budget = None if time_budget is None else V.positive_finite("time_budget", time_budget)
         self._deadline = None
@@ -834,6 +840,11 @@ class PLDAccountant(Accountant):
         if self.max_bins < 16:
             raise ValueError(f"max_bins must be at least 16, got {self.max_bins}")
         self._start = None  # a starting spacing for the automatic rule (account_steps)
+
+    @property
+    def spacing(self) -> float:
+        """The grid spacing h of the privacy-loss discretisation (the same as ``interval``)."""
+        return self.interval
 
     def _options(self) -> dict:
         out = {"interval": self._interval_opt, "max_bins": self.max_bins, "discretisation": self.discretisation,
@@ -861,12 +872,12 @@ class PLDAccountant(Accountant):
             st.cache.clear()
             st.coarse_cache.clear()
 
-    def tables_per_steps(self, event, steps, deltas, fprs):
-        """As :meth:`Accountant.tables_per_steps`; epsilons and TPRs of a steps value come from
+    def _tables(self, event, steps, deltas, fprs):
+        """As :meth:`Accountant._tables`; epsilons and TPRs of a steps value come from
         the same accountant, and the steps values share discretisations (:func:`account_steps`)."""
         if self.upper_only:
-            return super().tables_per_steps(event, steps, deltas, fprs)
-        from .tradeoff import alpha_array
+            return super()._tables(event, steps, deltas, fprs)
+        from ..pld.tradeoff import alpha_array
 
         deltas = V.delta_array("deltas", deltas)
         fprs = alpha_array("fprs", fprs)
@@ -1550,7 +1561,7 @@ class PLDAccountant(Accountant):
         directions (unsampled Gaussians, randomized response, (eps0, delta0) steps: all
         symmetric): the generic certified bounds from its delta(eps) (:meth:`Accountant._power`)
         (docs/MATH.md 10.5)."""
-        from .tradeoff import max_directions, pinf_power
+        from ..pld.tradeoff import max_directions, pinf_power
 
         self._ensure_built()
         if self._exact is not None:
@@ -1577,7 +1588,7 @@ class PLDAccountant(Accountant):
         is wider than 5% of the power, typically at tiny alpha where FFT round-off dominates)
         from compositions tilted at the eps where the bound is attained; every composition
         gives certified bounds, so the tightest of each side is kept."""
-        from .tradeoff import power_bounds, vertex_eps
+        from ..pld.tradeoff import power_bounds, vertex_eps
 
         comp0 = self._compose(st, 0.0)
         lo, up = power_bounds(comp0, alpha)
@@ -1720,3 +1731,25 @@ class PLDAccountant(Accountant):
         if fn == self._epsilon:
             return np.full(x.shape, -np.inf), np.full(x.shape, np.inf)
         return np.zeros(x.shape), np.ones(x.shape)
+
+
+# -- lower bounds of random allocation and shuffling over several epochs (docs/MATH.md 13.3) -----
+def max_coordinate_accountant(sigma: float, t: int, epochs: int, relation: str = "add_remove"):
+    """The PLD accountant of the E-fold composition of :class:`MaxCoordinateProfile` (remove;
+    add: reversed; add_remove: both).  Only its **lower** ends are bounds for random allocation
+    or shuffling (``.epsilon(delta).lower``, ``.delta(eps).lower``)."""
+    from ..sampling.allocation import MaxCoordinateProfile, epoch_length
+
+    V_t = epoch_length(1.0 / t)
+    prof = MaxCoordinateProfile(sigma, V_t)
+    ev = E.ProfileEvent(prof, prof.reversed()) if relation == "add_remove" else \
+        E.ProfileEvent(prof if relation == "remove" else prof.reversed())
+    return PLDAccountant(relation).compose(ev, epochs)
+
+
+def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relation: str = "add_remove"):
+    """Certified lower bound on epsilon(delta) of ``epochs`` epochs of random allocation or
+    shuffling with t batches (Gaussian noise multiplier ``sigma``): the PLD optimistic side of
+    the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
+    the larger)."""
+    return max_coordinate_accountant(sigma, t, epochs, relation).epsilon(delta).lower
