@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PEERS  := $(VENV)/.peers
 
-.PHONY: demo test bench install clean robust
+.PHONY: demo test bench install clean robust docs
 
 $(PY):
 	@$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ install: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# the user guide (docs/, Sphinx + myst-parser) -> docs/_build/html; `make test` builds it too
+# (tests/test_docs.py, warnings as errors, every example executed)
+docs: $(STAMP)
+	@$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "written: docs/_build/html/index.html"
 
 demo: $(STAMP)
 	@$(PY) -m sweeps.demo

@@ -1,5 +1,6 @@
-"""The three recipes of README section "Drop-in for dp_accounting, JAX Privacy / TF Privacy
-and Opacus", executed as written (the code is read from README.md, not copied here)."""
+"""The three recipes of the guide's drop-in page (docs/dropins.md, section "The recipes"),
+executed as written (the code is read from the page, not copied here); the Opacus recipe is
+run with a small PyTorch model, which tests/test_docs.py does not have."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,14 +12,14 @@ import pytest
 
 import pldlib
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "dropins.md"
 HAVE_OPACUS = (importlib.util.find_spec("opacus") is not None and importlib.util.find_spec("torch") is not None
                and not os.environ.get("PLDLIB_TEST_NO_OPACUS"))
 
 
 def _recipes() -> list[str]:
-    text = README.read_text()
-    start = text.index("## Drop-in for dp_accounting, JAX Privacy / TF Privacy and Opacus")
+    text = PAGE.read_text()
+    start = text.index("## The recipes")
     section = text[start:text.index("\n## ", start + 5)]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 3
