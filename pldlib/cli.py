@@ -63,7 +63,7 @@ from .calibrate import CalibrationError
 from ._validate import GridTooLargeError
 from .pld.compose import DEFAULT_MAX_BINS
 from .methods.pld import AccuracyLimitedWarning
-from .mechanisms import Mechanism, mechanism_names, mechanism_spec
+from .mechanisms import Gaussian, Mechanism, mechanism_names, mechanism_spec
 
 __all__ = ["main", "build_parser", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT", "EXIT_TRIVIAL"]
 
@@ -270,6 +270,65 @@ def _alpha(text: str) -> float:
     return x
 
 
+def _run_calibrate_for(args) -> int:
+    """``pldlib calibrate --for steps|q``: the generic certified calibration
+    (:func:`pldlib.calibration.calibrate_parameter`) of the Gaussian mechanism."""
+    from .calibration import calibrate_parameter
+
+    what = args.for_
+    if args.sigma is None:
+        raise UsageError(f"argument --sigma: required with --for {what}")
+    if what == "steps" and args.steps is not None:
+        raise UsageError("argument --steps: not allowed with --for steps (it is the answer)")
+    if what == "q" and args.q is not None:
+        raise UsageError("argument --q: not allowed with --for q (it is the answer)")
+    if what == "q" and args.steps is None:
+        raise UsageError("argument --steps: required with --for q")
+    if args.table is not None or args.no_table:
+        raise UsageError(f"argument --table/--no-table: apply to sigma calibration only, not to --for {what}")
+    q = 1.0 if args.q is None else args.q
+    sampling = args.sampling or ("poisson" if (what == "q" or q < 1.0) else "none")
+    if sampling == "none" and (what == "q" or q < 1.0):
+        raise UsageError("argument --sampling: 'none' cannot have q < 1 (use poisson or wor)")
+    kw = dict(sensitivity=1.0, relation=args.relation, group=args.group)
+    if what == "steps":
+        mech = Gaussian(sigma=args.sigma, q=q, sampling=sampling, **kw)
+        make, bounds, integer = (lambda k: (mech, k)), (1, 10**12), True
+    else:
+        make = lambda x: Gaussian(sigma=args.sigma, q=x, sampling=sampling, **kw)  # noqa: E731
+        bounds, integer = (1e-9, 1.0), False
+    t0 = time.perf_counter()
+    with _quiet() as caught:
+        res = calibrate_parameter(make, bounds, direction="larger_is_less_private", epsilon=args.epsilon,
+                                  delta=args.delta, steps=1 if what == "steps" else args.steps, integer=integer,
+                                  parameter=what, tol=args.tol)
+    seconds = time.perf_counter() - t0
+    notes = _Notes()
+    notes.limited(caught)
+    params = {"sigma": args.sigma, "q": None if what == "q" else q, "steps": None if what == "steps" else args.steps,
+              "sampling": sampling, "relation": args.relation, **({"group": args.group} if args.group > 1 else {})}
+    if args.json:
+        out = {**res.as_dict(), "params": params, "seconds": seconds, **notes.fields()}
+        print(json.dumps(out, allow_nan=False, default=float))
+        return notes.emit()
+    fmt = (lambda v: f"{v:d}") if integer else (lambda v: f"{v:.8g}")
+    head = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items() if v is not None)
+    lines = [f"calibrate --for {what}  target eps(delta={args.delta:g}) <= {args.epsilon:g}  {head}  ({seconds:.3f} s)"]
+    if res.trivially_met:
+        lines.append(f"{what} = {fmt(res.value)} (the end of the searched range) already meets the target: "
+                     f"certified eps(delta) in [{res.interval.lower:.8g}, {res.interval.upper:.8g}]")
+    else:
+        more = "largest" if what in ("steps", "q") else "smallest"
+        lines.append(f"{what} = {fmt(res.value)}   the {more} value whose certified eps(delta) meets the target: "
+                     f"[{res.interval.lower:.8g}, {res.interval.upper:.8g}] <= {args.epsilon:g}")
+        b = res.beyond_interval
+        verdict = ("certified NOT to meet the target" if res.beyond_certified
+                   else "not certified to meet it (its interval holds the target)")
+        lines.append(f"{what} = {fmt(res.beyond)}   {verdict}: [{b.lower:.8g}, {b.upper:.8g}]")
+    print("\n".join(lines))
+    return notes.emit()
+
+
 def _add_tradeoff(sub) -> None:
     pt = sub.add_parser("tradeoff", help="trade-off curve beta(alpha) intervals (attack bounds)", epilog=EPILOG,
                         description="Certified interval for the trade-off function beta(alpha): the least "
@@ -340,16 +399,22 @@ def _run_tradeoff(args) -> int:
 
 def _add_calibrate(sub) -> None:
     pc = sub.add_parser(
-        "calibrate", help="smallest certified Gaussian noise multiplier for a target", epilog=EPILOG,
+        "calibrate", help="certified Gaussian noise multiplier, steps or sampling rate for a target", epilog=EPILOG,
         description="Smallest Gaussian noise multiplier sigma whose certified (PLD upper bound) "
-                    "eps(delta) is <= the target epsilon, to a relative tolerance in sigma.")
+                    "eps(delta) is <= the target epsilon, to a relative tolerance in sigma; with --for steps "
+                    "or --for q, the largest number of steps or sampling rate at a given --sigma.")
+    pc.add_argument("--for", dest="for_", choices=("sigma", "steps", "q"), default="sigma",
+                    help="the parameter to calibrate (default sigma); steps and q need --sigma")
+    pc.add_argument("--sigma", type=_positive_finite, default=None,
+                    help="Gaussian noise multiplier (with --for steps or --for q)")
     pc.add_argument("--epsilon", type=_positive_finite, required=True, metavar="E",
                     help="target epsilon (> 0)")
     pc.add_argument("--delta", type=_delta, required=True, metavar="D", help="target delta in (0, 1)")
-    pc.add_argument("--q", type=_q, default=1.0, help="sampling probability in (0, 1] (default 1)")
-    pc.add_argument("--steps", type=_steps, required=True, help="number of compositions (integer >= 1)")
+    pc.add_argument("--q", type=_q, default=None, help="sampling probability in (0, 1] (default 1)")
+    pc.add_argument("--steps", type=_steps, default=None,
+                    help="number of compositions (integer >= 1; required except with --for steps)")
     pc.add_argument("--sampling", choices=SAMPLINGS, default=None,
-                    help="sampling scheme (default: none if q = 1, poisson if q < 1)")
+                    help="sampling scheme (default: none if q = 1, poisson if q < 1; --for q: poisson)")
     pc.add_argument("--relation", choices=RELATIONS, default="add_remove",
                     help="neighbouring relation (default add_remove)")
     pc.add_argument("--group", type=_steps, default=1, metavar="G",
@@ -366,6 +431,15 @@ def _add_calibrate(sub) -> None:
 
 def _run_calibrate(args) -> int:
     from .calibrate import MAX_EPSILON, TOL_RANGE, calibrate
+
+    if args.for_ != "sigma":
+        return _run_calibrate_for(args)
+    if args.sigma is not None:
+        raise UsageError("argument --sigma: not allowed when calibrating sigma (use --for steps or --for q)")
+    if args.steps is None:
+        raise UsageError("argument --steps: required (or calibrate it: --for steps --sigma S)")
+    if args.q is None:
+        args.q = 1.0
 
     if args.epsilon > MAX_EPSILON:
         raise UsageError(f"argument --epsilon: must be <= {MAX_EPSILON:g} for calibration, got {args.epsilon:g} "

@@ -10,7 +10,8 @@ Layers, lowest first (a module may import its own layer and those below):
 3. ``pldlib.pld`` (grid, discretisation, FFT composition, trade-off curves), ``pldlib.exact``
 4. ``pldlib.sampling``, ``pldlib.mechanisms`` -- sampling schemes' pairs, mechanism sugar
 5. ``pldlib.methods`` -- the accountants (ours and the peers') behind one interface
-6. ``pldlib.calibrate``, ``pldlib.attack``, ``pldlib.atlas`` -- questions asked of accountants
+6. ``pldlib.calibrate``, ``pldlib.calibration``, ``pldlib.attack``, ``pldlib.atlas`` -- questions asked of
+   accountants
 7. ``pldlib.interop`` -- adapters to other libraries' APIs
 8. ``pldlib`` (the package's namespace), ``pldlib.cli``, ``pldlib.__main__``, ``pldlib.testing``
    (test harnesses that use the whole package), ``pldlib.plugins``
@@ -30,7 +31,7 @@ LAYERS = [
     ("pldlib.pld", "pldlib.exact"),
     ("pldlib.sampling", "pldlib.mechanisms"),
     ("pldlib.methods",),
-    ("pldlib.calibrate", "pldlib.attack", "pldlib.atlas"),
+    ("pldlib.calibrate", "pldlib.calibration", "pldlib.attack", "pldlib.atlas"),
     ("pldlib.interop",),
     ("pldlib.cli", "pldlib.__main__", "pldlib", "pldlib.testing", "pldlib.plugins"),
     ("sweeps",),
