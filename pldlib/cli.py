@@ -271,13 +271,28 @@ def _alpha(text: str) -> float:
 
 
 def _run_calibrate_for(args) -> int:
-    """``pldlib calibrate --for steps|q``: the generic certified calibration
-    (:func:`pldlib.calibration.calibrate_parameter`) of the Gaussian mechanism."""
+    """``pldlib calibrate --for steps|q|scale|eps0``: the generic certified calibration
+    (:func:`pldlib.calibration.calibrate_parameter`) of a mechanism of the descriptors."""
     from .calibration import calibrate_parameter
 
     what = args.for_
-    if args.sigma is None:
-        raise UsageError(f"argument --sigma: required with --for {what}")
+    spec = mechanism_spec(args.mechanism)
+    noises = sorted({mechanism_spec(n).noise for n in mechanism_names()})
+    for other in noises:
+        if other != spec.noise and getattr(args, other, None) is not None:
+            raise UsageError(f"argument --{other}: not allowed with --mechanism {args.mechanism} "
+                             f"(its noise is --{spec.noise})")
+    if what in noises and what != spec.noise:
+        takers = [n for n in mechanism_names() if mechanism_spec(n).noise == what]
+        raise UsageError(f"argument --for: {what} is the noise of --mechanism {' / '.join(takers)}, "
+                         f"not of {args.mechanism}")
+    if what == spec.noise:
+        if getattr(args, spec.noise) is not None:
+            raise UsageError(f"argument --{spec.noise}: not allowed with --for {what} (it is the answer)")
+        if args.steps is None:
+            raise UsageError(f"argument --steps: required with --for {what}")
+    elif getattr(args, spec.noise) is None:
+        raise UsageError(f"argument --{spec.noise}: required with --for {what}")
     if what == "steps" and args.steps is not None:
         raise UsageError("argument --steps: not allowed with --for steps (it is the answer)")
     if what == "q" and args.q is not None:
@@ -290,22 +305,29 @@ def _run_calibrate_for(args) -> int:
     sampling = args.sampling or ("poisson" if (what == "q" or q < 1.0) else "none")
     if sampling == "none" and (what == "q" or q < 1.0):
         raise UsageError("argument --sampling: 'none' cannot have q < 1 (use poisson or wor)")
-    kw = dict(sensitivity=1.0, relation=args.relation, group=args.group)
+    kw = dict(relation=args.relation, **({"group": args.group} if args.group > 1 else {}))
+    noise = getattr(args, spec.noise)
+    direction = "larger_is_less_private"
     if what == "steps":
-        mech = Gaussian(sigma=args.sigma, q=q, sampling=sampling, **kw)
+        mech = spec.make(noise, q=q, sampling=sampling, **kw)
         make, bounds, integer = (lambda k: (mech, k)), (1, 10**12), True
-    else:
-        make = lambda x: Gaussian(sigma=args.sigma, q=x, sampling=sampling, **kw)  # noqa: E731
+    elif what == "q":
+        make = lambda x: spec.make(noise, q=x, sampling=sampling, **kw)  # noqa: E731
         bounds, integer = (1e-9, 1.0), False
+    else:  # the mechanism's noise parameter
+        make = lambda x: spec.make(x, q=q, sampling=sampling, **kw)  # noqa: E731
+        bounds, integer = (1e-6, 30.0) if spec.more_private == "down" else (1e-4, 1e4), False
+        direction = "larger_is_more_private" if spec.more_private == "up" else "larger_is_less_private"
     t0 = time.perf_counter()
     with _quiet() as caught:
-        res = calibrate_parameter(make, bounds, direction="larger_is_less_private", epsilon=args.epsilon,
+        res = calibrate_parameter(make, bounds, direction=direction, epsilon=args.epsilon,
                                   delta=args.delta, steps=1 if what == "steps" else args.steps, integer=integer,
                                   parameter=what, tol=args.tol)
     seconds = time.perf_counter() - t0
     notes = _Notes()
     notes.limited(caught)
-    params = {"sigma": args.sigma, "q": None if what == "q" else q, "steps": None if what == "steps" else args.steps,
+    params = {"mechanism": args.mechanism, spec.noise: noise, "q": None if what == "q" else q,
+              "steps": None if what == "steps" else args.steps,
               "sampling": sampling, "relation": args.relation, **({"group": args.group} if args.group > 1 else {})}
     if args.json:
         out = {**res.as_dict(), "params": params, "seconds": seconds, **notes.fields()}
@@ -318,7 +340,7 @@ def _run_calibrate_for(args) -> int:
         lines.append(f"{what} = {fmt(res.value)} (the end of the searched range) already meets the target: "
                      f"certified eps(delta) in [{res.interval.lower:.8g}, {res.interval.upper:.8g}]")
     else:
-        more = "largest" if what in ("steps", "q") else "smallest"
+        more = "largest" if direction == "larger_is_less_private" else "smallest"
         lines.append(f"{what} = {fmt(res.value)}   the {more} value whose certified eps(delta) meets the target: "
                      f"[{res.interval.lower:.8g}, {res.interval.upper:.8g}] <= {args.epsilon:g}")
         b = res.beyond_interval
@@ -403,10 +425,16 @@ def _add_calibrate(sub) -> None:
         description="Smallest Gaussian noise multiplier sigma whose certified (PLD upper bound) "
                     "eps(delta) is <= the target epsilon, to a relative tolerance in sigma; with --for steps "
                     "or --for q, the largest number of steps or sampling rate at a given --sigma.")
-    pc.add_argument("--for", dest="for_", choices=("sigma", "steps", "q"), default="sigma",
-                    help="the parameter to calibrate (default sigma); steps and q need --sigma")
-    pc.add_argument("--sigma", type=_positive_finite, default=None,
-                    help="Gaussian noise multiplier (with --for steps or --for q)")
+    noises = sorted({mechanism_spec(n).noise for n in mechanism_names()})
+    pc.add_argument("--for", dest="for_", choices=("steps", "q", *noises), default="sigma",
+                    help="the parameter to calibrate (default sigma, the Gaussian noise multiplier); steps and q "
+                         "need the mechanism's noise (e.g. --sigma); scale / eps0 need --mechanism laplace, "
+                         "discrete_laplace / randomized_response")
+    pc.add_argument("--mechanism", choices=sorted(mechanism_names()), default="gaussian",
+                    help="the mechanism (default gaussian; the fast sigma path is Gaussian only)")
+    for noise in noises:
+        pc.add_argument(f"--{noise}", type=_positive_finite, default=None,
+                        help=f"the mechanism's {noise} (with --for steps or --for q)")
     pc.add_argument("--epsilon", type=_positive_finite, required=True, metavar="E",
                     help="target epsilon (> 0)")
     pc.add_argument("--delta", type=_delta, required=True, metavar="D", help="target delta in (0, 1)")
@@ -432,7 +460,7 @@ def _add_calibrate(sub) -> None:
 def _run_calibrate(args) -> int:
     from .calibrate import MAX_EPSILON, TOL_RANGE, calibrate
 
-    if args.for_ != "sigma":
+    if args.for_ != "sigma" or args.mechanism != "gaussian":
         return _run_calibrate_for(args)
     if args.sigma is not None:
         raise UsageError("argument --sigma: not allowed when calibrating sigma (use --for steps or --for q)")

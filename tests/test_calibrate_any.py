@@ -123,3 +123,25 @@ def test_cli_for_steps_and_q(capsys):
                        "argument --sigma: not allowed")):
         assert main(["calibrate", *argv]) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_cli_for_a_mechanisms_noise_parameter(capsys):
+    """--for scale (Laplace) and --for eps0 (randomized response), against their closed forms."""
+    eps, delta = 1.0, 1e-5
+    assert main(["calibrate", "--for", "scale", "--mechanism", "laplace", "--steps", "1", "--epsilon", "1",
+                 "--delta", "1e-5", "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)["value"]
+    b_star = 1.0 / (eps - 2.0 * np.log1p(-delta))
+    assert b_star <= b <= b_star * 1.01
+    assert main(["calibrate", "--for", "eps0", "--mechanism", "randomized_response", "--steps", "1", "--epsilon",
+                 "1", "--delta", "1e-5", "--json"]) == 0
+    e0 = json.loads(capsys.readouterr().out)["value"]
+    star = float(mp.log((mp.e + delta) / (1 - delta)))
+    assert star * (1 - 2e-3) <= e0 <= star
+    for argv, msg in ((["--for", "scale", "--steps", "1"], "scale is the noise of --mechanism laplace"),
+                      (["--for", "scale", "--mechanism", "laplace", "--scale", "2", "--steps", "1"],
+                       "argument --scale: not allowed with --for scale"),
+                      (["--for", "steps", "--mechanism", "laplace", "--sigma", "2"],
+                       "argument --sigma: not allowed with --mechanism laplace")):
+        assert main(["calibrate", *argv, "--epsilon", "1", "--delta", "1e-5"]) == 2
+        assert msg in capsys.readouterr().err
