@@ -47,11 +47,7 @@ def fmt(v) -> str:
 
 def positive_finite(name: str, value) -> float:
     """A finite real number > 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {fmt(value)}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v!r}")
+    v = finite(name, value)
     if v <= 0:
         raise ValueError(f"{name} must be > 0, got {v!r}")
     return v

@@ -164,6 +164,11 @@ def calibrate_parameter(make, bounds, *, direction: str, epsilon: float | None =
     metric, target, tval = _target(epsilon, delta, tpr_at_fpr, metric)
     steps = V.steps("steps", steps)
     info = method_info(method)
+    if info.kind not in ("certified", "upper"):
+        # an estimate or another library's number is no certificate: calibrating on it would
+        # report an uncertified parameter as certified
+        raise ValueError(f"method: {method!r} (kind {info.kind!r}) certifies no upper bound; use a certified "
+                         "method such as 'pld'")
     tol = V.positive_finite("tol", tol)
     if not (1e-8 <= tol <= 0.1):
         raise ValueError(f"tol: must be in [1e-08, 0.1] (a relative tolerance on the parameter), got {V.fmt(tol)}")
@@ -217,6 +222,8 @@ def calibrate_parameter(make, bounds, *, direction: str, epsilon: float | None =
             v = acc.max_tpr(target["fpr"])
         v = Interval(float(v.lower), float(v.upper)) if info.kind == "certified" else Interval(-math.inf,
                                                                                                float(v.upper))
+        if math.isnan(v.upper):  # no certified upper bound at this point: never feasible
+            v = Interval(v.lower, math.inf)
         n_eval += 1
         history.append((p, float(v.lower), float(v.upper)))
         cache[key] = (v, acc)

@@ -145,3 +145,10 @@ def test_cli_for_a_mechanisms_noise_parameter(capsys):
                        "argument --sigma: not allowed with --mechanism laplace")):
         assert main(["calibrate", *argv, "--epsilon", "1", "--delta", "1e-5"]) == 2
         assert msg in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["clt", "dp_accounting"])
+def test_methods_that_certify_no_upper_bound_cannot_calibrate(method):
+    with pytest.raises(ValueError, match="certifies no upper bound"):
+        calibrate_parameter(lambda n: (E.GaussianEvent(5.0), n), (1, 100), direction="larger_is_less_private",
+                            epsilon=1.0, delta=1e-5, integer=True, method=method)
