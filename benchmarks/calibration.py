@@ -36,7 +36,7 @@ CHECK_INTERVAL = 2e-5
 def _check(sigma, eps, delta, q, steps):
     """pldlib's certified interval at ``sigma`` on a fine grid (h = 2e-5, finer than any search used)."""
     return pldlib.account(pldlib.Gaussian(sigma=sigma, q=q, sampling="poisson"), steps=steps,
-                          interval=CHECK_INTERVAL).epsilon(delta)
+                          spacing=CHECK_INTERVAL).epsilon(delta)
 
 
 def ours(eps, delta, q, steps, **kw):
@@ -44,7 +44,7 @@ def ours(eps, delta, q, steps, **kw):
     r = pldlib.calibrate(eps, delta, q, steps, **kw)
     own = r.epsilon.upper <= eps  # the search's own certificate, at its grid spacing
     return r.sigma, time.perf_counter() - t0, (f"{r.evaluations} evals, seed {r.seed}; own certificate "
-                                               f"upper {r.epsilon.upper:.6f} at h={r.interval:.2g}"
+                                               f"upper {r.epsilon.upper:.6f} at h={r.spacing:.2g}"
                                                + ("" if own else " FAILED"))
 
 

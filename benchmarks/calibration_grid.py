@@ -32,7 +32,7 @@ def _ours(args, conn):
         sec = time.perf_counter() - t0
         samp = "poisson" if q < 1 else "none"
         up = float(pldlib.account(pldlib.Gaussian(r.sigma, q=q, sampling=samp), steps=steps,
-                                  interval=r.interval, lower_bound=False).epsilon(delta).upper) if q < 1 else \
+                                  spacing=r.spacing, lower_bound=False).epsilon(delta).upper) if q < 1 else \
             float(pldlib.account(pldlib.Gaussian(r.sigma), steps=steps).epsilon(delta).upper)
         conn.send(("ok", sec, r.sigma, r.sigma_lower, up <= eps))
     except Exception as e:  # reported, not hidden

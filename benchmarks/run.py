@@ -180,7 +180,7 @@ def bench_gaussian(ctx: Context) -> str:
             rel = (up - lo) / truth
             rows.append([f"{sigma:g}", f"{k:,}", f"{acc.interval:.3g}", f"{lo:.6f}", f"{up:.6f}",
                          f"{truth:.6f}", "yes" if ok else "**NO**", f"{rel:.2e}", f"{sec:.3f}"])
-            recs.append(dict(sigma=sigma, steps=k, delta=delta, interval=acc.interval, lower=lo, upper=up,
+            recs.append(dict(sigma=sigma, steps=k, delta=delta, spacing=acc.interval, lower=lo, upper=up,
                              exact=truth, contains_exact=ok, rel_width=rel, seconds=sec))
     ctx.record("rows", recs)
     txt = [
@@ -299,7 +299,7 @@ def bench_dpsgd(ctx: Context) -> str:
 
     def ours(h, label=""):
         sec, (acc, iv) = ctx.best_of(
-            lambda: (lambda a: (a, a.epsilon(1e-5)))(pldlib.account(mech, steps=10_000, interval=h)), repeat=3)
+            lambda: (lambda a: (a, a.epsilon(1e-5)))(pldlib.account(mech, steps=10_000, spacing=h)), repeat=3)
         rows.append(["pldlib (ours)", f"{acc.interval:.3g}{label}", f"{iv.lower:.6f}", f"{iv.upper:.6f}",
                      f"{iv.upper - iv.lower:.6f}", f"{sec:.3f}"])
         ctx.record(f"pldlib_h{acc.interval:.3g}", {"lower": iv.lower, "upper": iv.upper, "seconds": sec})
@@ -316,7 +316,7 @@ def bench_dpsgd(ctx: Context) -> str:
         peer_rows.append(["dp_accounting", "-", "-", "-", "-", "not installed (pip install '.[peers]')"])
     else:
         for interval in (1e-3, 1e-4):
-            def run_dp(interval=interval):
+            def run_dp(spacing=interval):
                 pld = dpl.from_gaussian_mechanism(1.0, sampling_prob=0.01, value_discretization_interval=interval,
                                                   use_connect_dots=True)
                 return pld.self_compose(10_000).get_epsilon_for_delta(1e-5)
@@ -332,7 +332,7 @@ def bench_dpsgd(ctx: Context) -> str:
         # bound at that interval: geometric bisection on [interval / 50, 10 * interval] to 1%
         # (the upper bound is monotone in h in this range)
         def fits(h, peer_up=peer_up):
-            return pldlib.account(mech, steps=10_000, interval=h).epsilon(1e-5).upper <= peer_up
+            return pldlib.account(mech, steps=10_000, spacing=h).epsilon(1e-5).upper <= peer_up
 
         good, bad = interval / 50, 10 * interval
         if fits(good) and not fits(bad):
@@ -400,13 +400,13 @@ def bench_prv(ctx: Context) -> str:
         target = iv.upper - iv.lower
         h = None
         for _ in range(4):
-            acc = pldlib.account(mech, steps=10_000, interval=h)
+            acc = pldlib.account(mech, steps=10_000, spacing=h)
             piv = acc.epsilon(1e-5)
             w = piv.upper - piv.lower
             if w <= target:
                 break
             h = acc.interval * 0.95 * (target / w) ** 0.5
-        sec, piv = ctx.best_of(lambda h=acc.interval: pldlib.account(mech, steps=10_000, interval=h).epsilon(1e-5),
+        sec, piv = ctx.best_of(lambda h=acc.interval: pldlib.account(mech, steps=10_000, spacing=h).epsilon(1e-5),
                                repeat=2)
         rows.append([f"pldlib pld (interval {acc.interval:.3g})", f"{piv.lower:.5f}", "-", f"{piv.upper:.5f}",
                      f"{piv.upper - piv.lower:.5f}", f"{sec:.2f}"])

@@ -88,7 +88,7 @@ def _truth_cell(args):
     if why is None:
         return e, "truth", time.perf_counter() - t0, math.nan
     acc = pldlib.account(_mech(sigma, q), k)
-    fine = pldlib.account(_mech(sigma, q), k, interval=acc.interval / 4)
+    fine = pldlib.account(_mech(sigma, q), k, spacing=acc.interval / 4)
     iv = fine.epsilon(delta)
     mid = 0.5 * (iv.lower + iv.upper)
     return mid, f"pld-mid ({why})", time.perf_counter() - t0, (iv.upper - iv.lower) / mid

@@ -55,7 +55,7 @@ def dp_eps(sigma, q, steps, delta, interval):
     return float(pld.self_compose(steps).get_epsilon_for_delta(delta))
 
 
-def ours(sigma, q, steps, delta, interval=None, upper_only=False):
+def ours(sigma, q, steps, delta, spacing=None, upper_only=False):
     import pldlib
 
     mech = pldlib.Gaussian(sigma=sigma, q=q, sampling="poisson", relation="add_remove")
@@ -71,7 +71,7 @@ def coarsest_matching(shape: dict, target: float, h0: float) -> float:
     (geometric search from h0; the upper bound grows with h)."""
     def fits(h):
         try:
-            return ours(**shape, interval=h, upper_only=True)[0].upper <= target
+            return ours(**shape, spacing=h, upper_only=True)[0].upper <= target
         except MemoryError:  # GridTooLargeError: too fine for max_bins
             return False
 
@@ -180,13 +180,13 @@ def bench_speed(ctx) -> str:
     s = HEADLINE
     shape = dict(sigma=s["sigma"], q=s["q"], steps=s["steps"], delta=s["delta"])
     rows, notes = [], []
-    t3, e3 = median_time(lambda: dp_eps(**shape, interval=1e-3))
-    t4, e4 = median_time(lambda: dp_eps(**shape, interval=1e-4))
+    t3, e3 = median_time(lambda: dp_eps(**shape, spacing=1e-3))
+    t4, e4 = median_time(lambda: dp_eps(**shape, spacing=1e-4))
     rows.append(["dp_accounting PLD, interval 1e-3", "-", f"{e3:.6f}", f"{t3:.3f}", "1.00"])
     rows.append(["dp_accounting PLD, interval 1e-4", "-", f"{e4:.6f}", f"{t4:.3f}", f"{t4 / t3:.2f}"])
     # goal 1: tight for the price of coarse
     h_match = coarsest_matching(shape, e4, 2e-4)
-    tm, (iv, acc) = median_time(lambda: ours(**shape, interval=h_match, upper_only=True))
+    tm, (iv, acc) = median_time(lambda: ours(**shape, spacing=h_match, upper_only=True))
     rows.append([f"pldlib upper only, h = {h_match:.3g} (coarsest with upper <= dp 1e-4's)", "-inf",
                  f"{iv.upper:.6f}", f"{tm:.3f}", f"{tm / t3:.2f}"])
     # goal 3: the default call
@@ -204,10 +204,10 @@ def bench_speed(ctx) -> str:
     # goal 2: the split at fine grids
     split_rows, floor_rows, goal2, floor2 = [], [], [], []
     for h in (h_match, h_match / 2, h_match / 4, h_match / 8):
-        r, med = split_row(f"upper only, h = {h:.3g}", lambda h=h: ours(**shape, interval=h, upper_only=True))
+        r, med = split_row(f"upper only, h = {h:.3g}", lambda h=h: ours(**shape, spacing=h, upper_only=True))
         split_rows.append(r)
         goal2.append((h, med[0] / med[3] if med[3] > 0 else math.inf))
-        n_flat, t_flat, t_comp = untilted_fft_pair(ours(**shape, interval=h, upper_only=True)[1], shape["delta"])
+        n_flat, t_flat, t_comp = untilted_fft_pair(ours(**shape, spacing=h, upper_only=True)[1], shape["delta"])
         floor_rows.append([f"{h:.3g}", f"{med[0]:.3f}", f"{n_flat:,}", f"{t_flat:.3f}", f"{med[0] / t_flat:.2f}",
                            f"{t_comp:.3f}", f"{med[0] / t_comp:.2f}"])
         floor2.append((h, med[0] / t_comp))
@@ -237,12 +237,12 @@ def bench_speed(ctx) -> str:
     for workers in (1, 2):
         os.environ["PLDLIB_FFT_WORKERS"] = str(workers)
         C._fft_threads.cache_clear()
-        tw, (_iv, acc_w) = median_time(lambda: ours(**shape, interval=h_match / 4, upper_only=True))
+        tw, (_iv, acc_w) = median_time(lambda: ours(**shape, spacing=h_match / 4, upper_only=True))
         n_fft = max(c.n_bins for st in acc_w._branches for c in st.cache.values())
         x = np.random.default_rng(0).uniform(size=n_fft)
         tf, _ = median_time(lambda: sfft.irfft(sfft.rfft(x, workers=workers) ** 2, n_fft, workers=workers))
         xb = np.random.default_rng(1).uniform(size=(8, 2**18))
-        ours(**shape, interval=h_match / 4, upper_only=True)
+        ours(**shape, spacing=h_match / 4, upper_only=True)
         tb, _ = median_time(lambda: sfft.rfft(xb, axis=-1, workers=workers))  # (right after a PLD call)
         time.sleep(0.3)  # (OpenBLAS's idle worker threads stop spinning after ~0.1 s)
         tb_idle, _ = median_time(lambda: sfft.rfft(xb, axis=-1, workers=workers))
@@ -254,7 +254,7 @@ def bench_speed(ctx) -> str:
     # goal 4: no accuracy nobody asked for
     g4 = dict(sigma=0.47, q=3e-4, steps=32, delta=1e-6)
     t_g4, (iv4, acc4) = median_time(lambda: ours(**g4), repeat=3)
-    t_g4u, (iv4u, _) = median_time(lambda: ours(**g4, interval=4e-3, upper_only=True))
+    t_g4u, (iv4u, _) = median_time(lambda: ours(**g4, spacing=4e-3, upper_only=True))
     g4_rows = [["default", f"{acc4.interval:.3g}", f"{iv4.lower:.6f}", f"{iv4.upper:.6f}",
                 f"{(iv4.upper - iv4.lower) / iv4.upper:.1e}", f"{t_g4:.3f}"],
                ["upper only", "0.004", "-inf", f"{iv4u.upper:.6f}", f"{(iv4u.upper - iv4.lower) / iv4.upper:.1e} "
@@ -309,7 +309,7 @@ def bench_shapes(ctx) -> str:
                      steps=int(np.exp(rng.uniform(math.log(100), math.log(1e5)))),
                      delta=float(np.exp(rng.uniform(math.log(1e-8), math.log(1e-4)))))
         try:
-            ep = dp_eps(**shape, interval=1e-4)
+            ep = dp_eps(**shape, spacing=1e-4)
         except Exception as e:  # the peer fails: nothing to match
             rows.append([f"{shape['sigma']:.3g}", f"{shape['q']:.2g}", f"{shape['steps']}", f"{shape['delta']:.1e}",
                          f"peer failed: {type(e).__name__}", "-", "-", "-", "-", "-"])
@@ -321,9 +321,9 @@ def bench_shapes(ctx) -> str:
             rows.append([f"{shape['sigma']:.3g}", f"{shape['q']:.2g}", f"{shape['steps']}", f"{shape['delta']:.1e}",
                          f"{ep:.6f}", f"{tp:.3f}", f"ours failed: {type(e).__name__}", "-", "-", "-"])
             continue
-        ours(**shape, interval=h, upper_only=True)  # (warm: both sides are timed warm)
-        tp, to, _, (iv, _) = paired_times(lambda: dp_eps(**shape, interval=1e-4),
-                                          lambda: ours(**shape, interval=h, upper_only=True))
+        ours(**shape, spacing=h, upper_only=True)  # (warm: both sides are timed warm)
+        tp, to, _, (iv, _) = paired_times(lambda: dp_eps(**shape, spacing=1e-4),
+                                          lambda: ours(**shape, spacing=h, upper_only=True))
         ratios.append(tp / to)
         spacings.append(h)
         rows.append([f"{shape['sigma']:.3g}", f"{shape['q']:.2g}", f"{shape['steps']}", f"{shape['delta']:.1e}",
@@ -352,7 +352,7 @@ def bench_schedule(ctx) -> str:
     def comps(n):
         return [(pldlib.Gaussian(float(s), q=0.01, sampling="poisson"), 1) for s in np.linspace(0.8, 1.6, n)]
 
-    def theirs(n, interval=1e-3):
+    def theirs(n, spacing=1e-3):
         pld = None
         for s in np.linspace(0.8, 1.6, n):
             p = dpl.from_gaussian_mechanism(float(s), sampling_prob=0.01, value_discretization_interval=interval,

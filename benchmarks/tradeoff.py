@@ -45,7 +45,7 @@ def closed_forms(lines):
               "| eps0 | contained | max width |", "|---|---|---|"]
     a = np.concatenate([np.geomspace(1e-8, 0.5, 50), np.linspace(0.5, 1.0, 26)])
     for eps0 in (0.1, 1.0, 3.0):
-        iv = PLDAccountant(interval=1e-3).compose(RandomizedResponseEvent(eps0)).tradeoff(a)
+        iv = PLDAccountant(spacing=1e-3).compose(RandomizedResponseEvent(eps0)).tradeoff(a)
         f = implied_tradeoff(eps0, 0.0, a)
         ok = bool(np.all(iv.lower <= f) and np.all(f <= iv.upper))
         lines.append(f"| {eps0:g} | {'yes' if ok else 'NO'} | {np.max(iv.width):.2e} |")
@@ -162,7 +162,7 @@ def calibration(lines):
             eps = epsilon_for_advantage(t, DELTA_USER)
             name = f"advantage <= {t:g}"
         acc = pldlib.account(pldlib.Gaussian(sigma=res.sigma, q=q, sampling="poisson"), steps=k,
-                             interval=res.interval)
+                             spacing=res.spacing)
         check = acc.max_tpr(t[1]).upper if kind == "tpr" else acc.advantage().upper
         tgt = t[0] if kind == "tpr" else t
         t0 = time.perf_counter()

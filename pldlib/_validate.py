@@ -53,6 +53,20 @@ def positive_finite(name: str, value) -> float:
     return v
 
 
+def spacing_option(spacing, interval, stacklevel: int = 3):
+    """The grid spacing given as ``spacing=`` or under its older name ``interval=`` (which warns
+    with a ``DeprecationWarning``: an *interval* is an answer); ``ValueError`` when both differ."""
+    if interval is None:
+        return spacing
+    import warnings
+
+    warnings.warn("interval= is the older name of the grid spacing: use spacing=", DeprecationWarning,
+                  stacklevel=stacklevel)
+    if spacing is not None and spacing != interval:
+        raise ValueError(f"spacing: given twice, as spacing={fmt(spacing)} and interval={fmt(interval)}")
+    return interval
+
+
 def finite(name: str, value) -> float:
     """A finite real number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

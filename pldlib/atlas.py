@@ -674,7 +674,7 @@ class Atlas:
                 h = spacing[0]
                 for f in (CERTIFY_REFINE, 2.0, 1.0):
                     try:
-                        acc = account(m, int(k[i]), interval=h / f, lower_bound=False)
+                        acc = account(m, int(k[i]), spacing=h / f, lower_bound=False)
                         return float(acc.epsilon(float(d[i])).upper)
                     except MemoryError:  # GridTooLargeError: a coarser (still certified) grid
                         if f == 1.0:

@@ -36,8 +36,8 @@ class AttackCalibrationResult:
     value : certified interval of the metric (TPR at the FPR, or advantage) at ``sigma``
     sigma_lower : a sigma whose certified *lower* metric exceeds the target (the optimum
         lies in (sigma_lower, sigma]); None if not certified
-    interval : grid spacing h of the PLD evaluation that certified ``sigma`` (re-check with
-        ``account(..., interval=interval)``; the default spacing may be coarser)
+    spacing : grid spacing h of the PLD evaluation that certified ``sigma`` (re-check with
+        ``account(..., spacing=spacing)``; the default spacing may be coarser)
     """
 
     sigma: float
@@ -47,7 +47,7 @@ class AttackCalibrationResult:
     target: float
     seconds: float
     evaluations: int
-    interval: float = math.nan
+    spacing: float = math.nan
     params: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
     #: a sigma just below ``sigma`` that the accountant refuses (single-step loss beyond floating
@@ -59,7 +59,15 @@ class AttackCalibrationResult:
         return {"sigma": self.sigma, "metric": self.metric, "target": self.target,
                 "value": {"lower": float(self.value.lower), "upper": float(self.value.upper)},
                 "sigma_lower": self.sigma_lower, "sigma_refused": self.sigma_refused, "seconds": self.seconds,
-                "evaluations": self.evaluations, "interval": self.interval, "params": self.params}
+                "evaluations": self.evaluations, "spacing": self.spacing, "params": self.params}
+
+    @property
+    def interval(self) -> float:
+        """The older name of :attr:`spacing` (deprecated: an *interval* is an answer)."""
+        import warnings
+
+        warnings.warn("interval is the older name of the grid spacing: use .spacing", DeprecationWarning, stacklevel=2)
+        return self.spacing
 
 
 def epsilon_for_tpr(tpr: float, fpr: float, delta: float) -> float:
@@ -158,10 +166,10 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
     history: list = []
 
     def evaluate(sigma: float, h=None):
-        acc = account(Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation), steps=steps, interval=h)
+        acc = account(Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation), steps=steps, spacing=h)
         iv = acc.max_tpr(fpr) if advantage is None else acc.advantage()
-        history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
-        return Interval(float(iv.lower), float(iv.upper)), acc.interval
+        history.append((sigma, acc.spacing, float(iv.lower), float(iv.upper)))
+        return Interval(float(iv.lower), float(iv.upper)), acc.spacing
 
     lo_s = hi_s = hi_iv = hi_h = refused = None
     n = 0
@@ -231,7 +239,7 @@ def calibrate_attack(q: float = 1.0, steps: int | None = None, *, tpr_at_fpr=Non
     return AttackCalibrationResult(
         sigma_refused=None if refused is None or refused < a * (1 - 1e-12) else float(refused),
         sigma=float(hi_s), value=hi_iv, sigma_lower=None if lo_s is None else float(lo_s), metric=metric,
-        target=float(target), seconds=time.perf_counter() - t0, evaluations=n, interval=float(hi_h),
+        target=float(target), seconds=time.perf_counter() - t0, evaluations=n, spacing=float(hi_h),
         params={"q": q, "steps": steps, "sampling": samp, "relation": relation, "tol": tol,
                 "tpr_at_fpr": None if tpr_at_fpr is None else [float(tpr), float(fpr)],
                 "advantage": None if advantage is None else float(target)},

@@ -8,7 +8,7 @@ certified:
 * ``upper <= target``  -> sigma is feasible: it becomes the right end ``sigma_hi``;
 * ``lower >  target``  -> sigma is infeasible for the true curve: the left end ``sigma_lo``;
 * otherwise the target lies inside the interval: the accuracy is refined
-  (interval h halved, width ~ h^2) and sigma re-evaluated.
+  (spacing h halved, width ~ h^2) and sigma re-evaluated.
 
 The search stops when sigma_hi / sigma_lo <= 1 + tol, so the returned sigma is
 certified (its upper eps meets the target) AND within ``tol`` of the true
@@ -79,6 +79,7 @@ class CalibrationResult:
     epsilon : certified eps interval at ``sigma``
     sigma_lower : a sigma whose certified *lower* eps exceeds the target (the true
         optimum lies in (sigma_lower, sigma]); None if the search could not certify it
+    spacing : grid spacing h of the PLD evaluation that certified ``sigma``
     """
 
     sigma: float
@@ -86,9 +87,9 @@ class CalibrationResult:
     sigma_lower: float | None
     seconds: float
     evaluations: int
-    interval: float
+    spacing: float
     params: dict = field(default_factory=dict)
-    #: (sigma, interval, eps lower, eps upper) per evaluation (left out of the repr: it is long)
+    #: (sigma, spacing, eps lower, eps upper) per evaluation (left out of the repr: it is long)
     history: list = field(default_factory=list, repr=False)
     seed: str = "gdp"
 
@@ -99,10 +100,18 @@ class CalibrationResult:
             "sigma_lower": self.sigma_lower,
             "seconds": self.seconds,
             "evaluations": self.evaluations,
-            "interval": self.interval,
+            "spacing": self.spacing,
             "params": self.params,
             "seed": self.seed,
         }
+
+    @property
+    def interval(self) -> float:
+        """The older name of :attr:`spacing` (deprecated: an *interval* is an answer)."""
+        import warnings
+
+        warnings.warn("interval is the older name of the grid spacing: use .spacing", DeprecationWarning, stacklevel=2)
+        return self.spacing
 
 
 def _gdp_sigma(epsilon, delta, q, steps) -> float:
@@ -147,11 +156,11 @@ UPPER_RULE_C = 0.0067
 
 def upper_interval(mechanism, steps: int) -> float:
     """Grid spacing aimed at the *upper* bound: the accountant's default rule
-    (:func:`pldlib.methods.pld._rule_interval`) without its support-edge term (which
+    (:func:`pldlib.methods.pld_grid._rule_interval`) without its support-edge term (which
     forces grids of ~1e5-1e6 points per step for q ~ 1e-4) and with the h^2 constant
     UPPER_RULE_C; upper bounds stay certified and tight at this spacing, lower bounds may be loose.
     """
-    from .methods.pld import _rule_interval, _step_stats
+    from .methods.pld_grid import _rule_interval, _step_stats
 
     components = [(mechanism, steps)]
     return _rule_interval(_step_stats(components, [mechanism.branches()]), [steps], edge_factor=None,
@@ -176,9 +185,9 @@ def seed_sigma(epsilon: float, delta: float, q: float, steps: int, sampling: str
 def calibrate(epsilon: float | None = None, delta: float | None = None, q: float = 1.0, steps: int | None = None, *,
               sampling: str = "poisson",
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
-              interval: float | None = None, table=None, max_evaluations: int = 60,
+              spacing: float | None = None, table=None, max_evaluations: int = 60,
               certify_lower: bool | None = None, tpr_at_fpr=None, advantage=None,
-              group: int = 1) -> CalibrationResult:
+              group: int = 1, interval: float | None = None) -> CalibrationResult:
     """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
 
     With ``tpr_at_fpr=(tpr, fpr)`` or ``advantage=a`` instead of (epsilon, delta), the
@@ -198,7 +207,8 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         when ``sigma_lower`` is not None and ``sigma / sigma_lower <= 1 + tol``, which is
         the normal outcome; a ``sigma_lower`` further away still bounds the optimum)
     sigma_guess : optional starting point (else the atlas's estimate or the GDP estimate)
-    interval : starting grid spacing of the PLD accountant (refined as needed)
+    spacing : starting grid spacing of the PLD accountant (refined as needed; ``interval`` is
+        its older name)
     table : an opened eps atlas (:func:`pldlib.atlas.open_atlas`: its interpolated estimate,
         capped by its certified sigma, seeds the search when it covers the query)
     certify_lower : also certify that sigma / (1 + tol) does NOT meet the target (the
@@ -222,6 +232,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         raise TypeError("steps: required: the number of compositions (e.g. DP-SGD iterations); "
                         "pass steps=1 for a single release")
     group = V.positive_int("group", group)
+    spacing = V.spacing_option(spacing, interval)
     if tpr_at_fpr is not None or advantage is not None:
         if group > 1:
             raise ValueError("group: attack-target calibration is example-level only (group = 1)")
@@ -275,7 +286,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         """Certified eps interval at sigma; :class:`_Refused` where the accountant refuses sigma as
         too little noise (single-step loss beyond e^700): a lower end of the search, not an answer."""
         try:
-            acc = account(mech(sigma), steps=steps, interval=h, lower_bound=lower_bound)
+            acc = account(mech(sigma), steps=steps, spacing=h, lower_bound=lower_bound)
             iv = acc.epsilon(delta)
         except LossRangeError as exc:
             raise _Refused(sigma, exc) from None
@@ -284,8 +295,8 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
                         f"steps={steps}) at sigma={sigma:.6g}: {exc}; a target this small is beyond the "
                         "resolution the grid can certify (a larger epsilon or delta, or fewer steps, is)",)
             raise
-        history.append((sigma, acc.interval, float(iv.lower), float(iv.upper)))
-        return iv, acc.interval
+        history.append((sigma, acc.spacing, float(iv.lower), float(iv.upper)))
+        return iv, acc.spacing
 
     def mid(v):
         """The point the search steers by: the interval's middle, or its upper end when the
@@ -307,9 +318,9 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     user_lower = certify_lower
     while True:  # (a seed the accountant refuses moves up 4x: a lower end, not an answer)
         try:
-            first = interval
+            first = spacing
             small_q = False  # the optimistic side alone would force a much finer grid
-            if interval is None and q < 1.0:
+            if spacing is None and q < 1.0:
                 # tiny q: the default grid resolves |ln(1-q)| for the lower bound only; when that
                 # makes it >= 2x finer than the upper bound needs, start from the upper-bound rule
                 try:
@@ -331,7 +342,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
                 raise CalibrationError(f"calibration to epsilon={V.fmt(epsilon)}, delta={V.fmt(delta)}: every sigma "
                                        f"tried up to {seed:.6g} is refused ({r.exc})") from None
             floor, seed = seed, seed * 4.0
-    h = h_def if interval is not None else h_def * 2.0
+    h = h_def if spacing is not None else h_def * 2.0
     pts = [(seed, iv)]
     record(seed, iv)
     s = seed
@@ -384,7 +395,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     # max-profile upper bound against the remove-at-2D lower bound)
     comparable = (len(pts) > 1 and abs(math.log(pts[-1][0] / pts[0][0])) < 0.1) or (
         samp == "wor" and relation == "substitution")
-    if (comparable and len(pts) > 1 and interval is None and math.isfinite(r1) and math.isfinite(r2)
+    if (comparable and len(pts) > 1 and spacing is None and math.isfinite(r1) and math.isfinite(r2)
             and r1 > 0):
         a_rel = max(r1 - max(r2 - r1, 0.0) / 3.0, 0.0)
         if a_rel > 0.25 * r1:  # under h^2 scaling r2 ~ 4 r1, so a_rel ~ 0
@@ -538,7 +549,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         sigma_lower=None if lo_s is None else float(lo_s),
         seconds=time.perf_counter() - t0,
         evaluations=n_eval,
-        interval=float(h),
+        spacing=float(h),
         params={"epsilon": epsilon, "delta": delta, "q": q, "steps": steps, "sampling": samp,
                 "relation": relation, "tol": tol, **({"group": group} if group > 1 else {})},
         history=history,

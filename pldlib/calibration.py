@@ -35,11 +35,16 @@ from . import _validate as V
 from ._validate import CalibrationError
 from .methods.base import Interval
 
-__all__ = ["calibrate_parameter", "ParameterCalibration", "CalibrationError", "TargetUnreachableError",
+__all__ = ["calibrate_parameter", "ParameterCalibration", "CalibrationError", "TargetUnreachableError", "NotPrivateError",
            "DIRECTIONS", "METRICS"]
 
 DIRECTIONS = ("larger_is_less_private", "larger_is_more_private")
 METRICS = ("epsilon", "delta", "tpr")
+
+
+class NotPrivateError(ValueError):
+    """Raised by a calibration's ``make(p)`` for a parameter at which the event has no finite
+    privacy (e.g. zero noise): that parameter does not meet any target."""
 
 
 class TargetUnreachableError(CalibrationError, ValueError):
@@ -236,7 +241,7 @@ def calibrate_parameter(make, bounds, *, direction: str, epsilon: float | None =
 
         try:
             return evaluate(p, extra)[0].upper <= tval
-        except (LossRangeError, V.GridTooLargeError, V.PrecisionLimitError):
+        except (LossRangeError, V.GridTooLargeError, V.PrecisionLimitError, NotPrivateError):
             # too little noise, or too fine a grid, to certify: not certified feasible
             if p == p_priv and not extra:
                 raise
@@ -257,13 +262,13 @@ def calibrate_parameter(make, bounds, *, direction: str, epsilon: float | None =
             bcert = biv.lower > tval
             if not bcert and method == "pld":
                 acc_b = evaluate(beyond, extra)[1]
-                h = float(getattr(acc_b, "interval", 0.0) or 0.0)
+                h = float(getattr(acc_b, "spacing", 0.0) or 0.0)
                 for _ in range(refine):
                     if h <= 0:
                         break
                     h /= 4.0
                     try:
-                        biv = evaluate(beyond, {"interval": h})[0]
+                        biv = evaluate(beyond, {"spacing": h})[0]
                     except (ArithmeticError, MemoryError, ValueError):
                         break
                     if biv.lower > tval:
@@ -318,7 +323,7 @@ def calibrate_parameter(make, bounds, *, direction: str, epsilon: float | None =
             for _ in range(refine):
                 h /= 4.0
                 extra.clear()
-                extra["interval"] = h
+                extra["spacing"] = h
                 try:
                     if not ok(good):
                         break

@@ -24,8 +24,8 @@ coarsened to fit the memory or time budget: still certified, only wider),
 mechanism satisfies, so it says nothing: epsilon in [ln(1 - delta), inf] or
 [-inf, inf], delta in [max(0, 1 - e^eps), 1], beta(alpha) in [0, 1 - alpha],
 advantage in [0, 1], Gaussian-DP mu in [0, inf]) or computed on a too coarse
-explicit ``--interval`` gets one line on stderr (``pldlib: note: ...``; the
-coarse ``--interval`` line is a ``pldlib: warning: ...``) and, with ``--json``,
+explicit ``--spacing`` gets one line on stderr (``pldlib: note: ...``; the
+coarse ``--spacing`` line is a ``pldlib: warning: ...``) and, with ``--json``,
 an entry in ``"notes"`` plus the flags ``"trivial"`` (also per row) and
 ``"accuracy_limited"``.  The library's own warnings are recorded, not printed:
 they come back as these notes.
@@ -80,7 +80,7 @@ EPILOG = ("Exit status: 0 ok; 4 answer printed, but at least one interval is tri
           "[max(0, 1 - e^eps), 1], beta [0, 1 - alpha], advantage [0, 1], mu [0, inf]); "
           "2 bad or unsupported input; 3 precision or grid-size limit (no answer); 1 internal error "
           "(rerun with --debug). Answers that are trivial, accuracy-limited (automatic grid coarsened "
-          "to fit the memory or time budget) or on a too coarse --interval get a 'pldlib: note:' "
+          "to fit the memory or time budget) or on a too coarse --spacing get a 'pldlib: note:' "
           "(or 'warning:') line on stderr and, with --json, the fields \"notes\", \"trivial\" and "
           "\"accuracy_limited\".")
 
@@ -91,7 +91,7 @@ from .sampling import sampling_names
 SAMPLINGS = sampling_names()
 
 #: method options the CLI exposes: flag -> constructor keyword of the accountant
-METHOD_OPTIONS = {"--spacing": "interval", "--eps-error": "eps_error", "--delta-error": "delta_error",
+METHOD_OPTIONS = {"--spacing": "spacing", "--eps-error": "eps_error", "--delta-error": "delta_error",
                   "--max-bins": "max_bins"}
 #: per-method defaults of the CLI that differ from the constructor's
 CLI_DEFAULTS = {"spa": {"on_edge": "flag"}}
@@ -217,7 +217,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     a.add_argument("--method", choices=method_names(), default="pld",
                    help="accounting method (default pld): " + "; ".join(
                        f"{m} ({method_info(m).kind})" for m in method_names()))
-    a.add_argument("--spacing", "--interval", dest="interval", type=_positive_finite, default=None,
+    a.add_argument("--spacing", "--interval", dest="spacing", type=_positive_finite, default=None,
                    help="grid spacing h of the privacy-loss discretisation (the accuracy knob; "
                         "smaller = tighter and slower; default: chosen automatically)")
     a.add_argument("--eps-error", type=_positive_finite, default=None,
@@ -509,7 +509,7 @@ def _run_calibrate(args) -> int:
     params = {"epsilon": args.epsilon, "delta": args.delta, "q": args.q, "steps": args.steps,
               "sampling": args.sampling, "relation": args.relation, "tol": args.tol,
               **({"group": args.group} if args.group > 1 else {}),
-              "mechanism": "gaussian", "method": "pld", "interval": res.interval,
+              "mechanism": "gaussian", "method": "pld", "spacing": res.spacing,
               "evaluations": res.evaluations, "seed": res.seed,
               "calibration_seconds": res.seconds, "table_seconds": table_seconds}
     seconds = time.perf_counter() - t0  # everything: opening the table and the search
@@ -551,7 +551,7 @@ def _resolve(args) -> None:
 
 def _params(args, accountant) -> dict:
     own, _ = mechanisms()[args.mechanism]
-    h = getattr(accountant, "interval", None)
+    h = getattr(accountant, "spacing", None)
     return {
         "mechanism": args.mechanism,
         own: getattr(args, own),
@@ -561,7 +561,7 @@ def _params(args, accountant) -> dict:
         "relation": args.relation,
         **({"group": args.group} if args.group > 1 else {}),
         "steps": args.steps,
-        "interval": None if h is None else float(h),
+        "spacing": None if h is None else float(h),
     }
 
 
@@ -856,13 +856,13 @@ def _error_line(e: Exception) -> tuple[str, int]:
 def _coarse(args, values, lo, hi) -> str | None:
     """The warning when an explicit --interval left an interval wider than half its upper end:
     still certified, but too coarse to mean much (None otherwise)."""
-    if getattr(args, "interval", None) is None:
+    if getattr(args, "spacing", None) is None:
         return None
     for v, l, u in zip(values, lo, hi):
         if math.isfinite(u) and u > 0 and (u - max(l, 0.0)) > 0.5 * u:
             arg = "delta" if args.command == "epsilon" else "epsilon"
-            return (f"--interval {args.interval:g} is too coarse here: at {arg} {v:g} the certified "
-                    f"interval [{l:.4g}, {u:.4g}] is wider than half its upper end; use a smaller --interval or "
+            return (f"--spacing {args.spacing:g} is too coarse here: at {arg} {v:g} the certified "
+                    f"interval [{l:.4g}, {u:.4g}] is wider than half its upper end; use a smaller --spacing or "
                     "omit it (automatic)")
     return None
 

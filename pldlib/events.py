@@ -256,7 +256,7 @@ class Sampled(Event):
 
     @property
     def scheme(self) -> str:
-        """The sampling scheme's name (the same as :attr:`sampling`)."""
+        """The older name of :attr:`sampling` (read-only)."""
         return self.sampling
 
 

@@ -174,7 +174,7 @@ def verify(atlas_path: str, n: int = 200, seed: int = 0, sampling: str = "poisso
             m = pldlib.Gaussian(sigma=float(ans.sigma[i]), q=float(q[i]),
                                 sampling="none" if q[i] == 1 else sampling, relation=relation)
             h = upper_interval(m, int(k[i]))
-            row["check_upper"] = float(pldlib.account(m, int(k[i]), interval=h, lower_bound=False)
+            row["check_upper"] = float(pldlib.account(m, int(k[i]), spacing=h, lower_bound=False)
                                        .epsilon(float(d[i])).upper)
             row["violation"] = bool(row["check_upper"] > e[i])
         if with_calibrate:

@@ -589,7 +589,7 @@ def _tradeoff_numbers(spec: dict, mechanism: str, fprs) -> dict:
 
     f = np.asarray(fprs, float)
     tpr = acc.max_tpr(f)
-    return {"spec": dict(spec), "mechanism": mechanism, "interval": float(acc.interval), "seconds": seconds,
+    return {"spec": dict(spec), "mechanism": mechanism, "spacing": float(acc.spacing), "seconds": seconds,
             "eps_delta": [float(eps.lower), e_up], "mu_clt": mu, "symmetric": symmetric,
             "fpr": f.tolist(), "tpr_lower": np.asarray(tpr.lower).tolist(), "tpr_upper": np.asarray(tpr.upper).tolist(),
             "tpr_gdp": (1.0 - gaussian_tradeoff(mu, f)).tolist() if math.isfinite(mu) else [math.nan] * f.size,
@@ -698,7 +698,7 @@ def tradeoff_curve_plot(spec: dict, out: str | os.PathLike, *, mechanism: str = 
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=6.5, loc="lower right")
     fig.suptitle(f"{mechanism} sigma={spec['sigma']:g}, q={spec['q']:g} ({spec['sampling']}), "
-                 f"{spec['steps']:,} steps, relation {spec['relation']}; PLD interval {res['interval']:.3g}",
+                 f"{spec['steps']:,} steps, relation {spec['relation']}; PLD spacing {res['spacing']:.3g}",
                  fontsize=9)
     fig.tight_layout()
     path = Path(out)
@@ -859,8 +859,8 @@ def _markdown(res, files, command) -> str:
         e_lo, e_up = TC["eps_delta"]
         L += ["## Trade-off curve of one configuration", "",
               f"{TC['mechanism']} sigma = {sp['sigma']:g}, q = {sp['q']:g} ({sp['sampling']}), {sp['steps']:,} steps, "
-              f"relation {sp['relation']}: pldlib's PLD accountant at its default accuracy (interval "
-              f"{TC['interval']:.3g}; built and the curve at 300 alphas read in {TC['seconds']:.2f} s); certified "
+              f"relation {sp['relation']}: pldlib's PLD accountant at its default accuracy (spacing "
+              f"{TC['spacing']:.3g}; built and the curve at 300 alphas read in {TC['seconds']:.2f} s); certified "
               f"eps({sp['delta']:g}) in [{e_lo:.4f}, {e_up:.4f}]. The Gaussian-DP (CLT) mu = {_f(TC['mu_clt'], 5)} "
               "is an estimate (no guarantee); the last column is the largest TPR that the single pair "
               f"({e_up:.4f}, {sp['delta']:g}) allows"

@@ -89,6 +89,9 @@ REPORT_KEYS = ("eps_targets", "tradeoff_curve")
 #: what a ``quick:`` section may override (``sweeps run CONFIG --quick``)
 QUICK_KEYS = ("grid", "methods", "options", "store", "description")
 GENERATORS = ("geomspace", "linspace")
+#: options fingerprinted under their older names, so that stores made before a rename keep
+#: their fingerprints (and resume): the PLD grid spacing was called ``interval``
+LEGACY_OPTION_NAMES = {"spacing": "interval"}
 #: options that change only timing and are left out of the fingerprint
 FINGERPRINT_EXCLUDED_OPTIONS = ("sleep",)
 CONFIG_FORMAT = 1
@@ -151,7 +154,8 @@ class SweepConfig:
             "mechanism": c["mechanism"],
             "methods": c["methods"],
             "grid": c["grid"],
-            "options": {m: {k: v for k, v in o.items() if k not in FINGERPRINT_EXCLUDED_OPTIONS}
+            "options": {m: {LEGACY_OPTION_NAMES.get(k, k): v for k, v in o.items()
+                            if k not in FINGERPRINT_EXCLUDED_OPTIONS}
                         for m, o in c["options"].items()},
         }
         text = json.dumps(ident, sort_keys=True, separators=(",", ":"), allow_nan=False)

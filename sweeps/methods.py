@@ -50,7 +50,7 @@ ERROR_TEXT_MAX = 2000
 
 #: sweep option defaults per method (part of a sweep's fingerprint: kept as they were so that
 #: stored sweeps keep their fingerprints); other methods default to their constructor's
-SWEEP_DEFAULTS = {"pld": {"interval": None, "max_bins": None},
+SWEEP_DEFAULTS = {"pld": {"spacing": None, "max_bins": None},
                   "prv": {"eps_error": None, "delta_error": None, "max_bins": None},
                   "dp_accounting": {"value_discretization_interval": 1e-4, "use_connect_dots": True,
                                     "optimistic": True},
@@ -135,7 +135,7 @@ def validate_options(method: str, fld: str, given: dict) -> dict:
     cls = accountant_class(method)
     ctor = [o for o in _constructor_options(cls) if o not in SWEEP_FIXED.get(method, {})]
     if "interval" in ctor and "spacing" in ctor:
-        ctor.remove("spacing")  # one name stored: interval
+        ctor.remove("interval")  # (the grid spacing's older name: accepted below, stored as spacing)
     if method in SWEEP_DEFAULTS:
         out = dict(SWEEP_DEFAULTS[method])
     elif method_info(method).kind == "peer":
@@ -144,10 +144,11 @@ def validate_options(method: str, fld: str, given: dict) -> dict:
     else:
         out = {}
     for k, v in given.items():
-        if k == "spacing" and "interval" in ctor:  # (the grid spacing's older name is the stored one)
-            if "interval" in given:
+        name = k  # (errors name the key as written)
+        if k == "interval" and "spacing" in ctor:  # (the grid spacing's older name)
+            if "spacing" in given:
                 raise ConfigError(f"{fld}.spacing", "given twice (as spacing and as interval)")
-            k = "interval"
+            k = "spacing"
         if k in COMMON_OPTIONS:
             out[k] = COMMON_OPTIONS[k](f"{fld}.{k}", v)
             continue
@@ -162,7 +163,7 @@ def validate_options(method: str, fld: str, given: dict) -> dict:
         try:
             cls("add_remove", **{k: v})
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"{fld}.{k}", str(e).removeprefix(f"{k}: ")) from None
+            raise ConfigError(f"{fld}.{name}", str(e).removeprefix(f"{k}: ")) from None
         out[k] = v
     return out
 

@@ -62,8 +62,8 @@ def direct_eps(config, per_cell: bool = False) -> tuple[np.ndarray, np.ndarray]:
     up = np.full(shape, np.nan)
     deltas = np.array(config.delta)
     kw = {}
-    if config.options["pld"].get("interval") is not None:
-        kw["interval"] = config.options["pld"]["interval"]
+    if config.options["pld"].get("spacing") is not None:
+        kw["spacing"] = config.options["pld"]["spacing"]
     outer = [d for d in DIMS if d != "delta"]
     for idx in np.ndindex(*[len(config.axis(d)) for d in outer]):
         p = {d: config.axis(d)[i] for d, i in zip(outer, idx)}

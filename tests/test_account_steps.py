@@ -1,7 +1,7 @@
 """account_steps: one discretisation shared by several steps counts, and the sweep method on it.
 
 Every accountant it returns must be the accountant ``account(mech, steps=k,
-interval=h)`` at the shared spacing h (same answers, bit for bit), so it keeps
+spacing=h)`` at the shared spacing h (same answers, bit for bit), so it keeps
 that accountant's certificate; the shared spacing must never be coarser than
 what the interval rule gives a steps value on its own.
 """
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.methods.pld import _rule_interval, _step_stats, account_steps
+from pldlib.methods.pld import account_steps
+from pldlib.methods.pld_grid import _rule_interval, _step_stats
 from sweeps.methods import run_block, validate_options
 
 DELTAS = np.array([1e-9, 1e-6, 1e-3])
@@ -39,11 +40,11 @@ def _same(acc, direct):
                                   pldlib.Gaussian(sigma=2.0)], ids=["sgd", "laplace-sub", "gauss"])
 def test_explicit_interval_equals_direct_calls(mech):
     steps = [300, 7, 300, 40]  # unsorted, with a repeat
-    accs = account_steps(mech, steps, interval=4e-3)
+    accs = account_steps(mech, steps, spacing=4e-3)
     assert [a.total_steps for a in accs] == steps
     for a, k in zip(accs, steps):
         assert a.interval == 4e-3
-        _same(a, pldlib.account(mech, steps=k, interval=4e-3))
+        _same(a, pldlib.account(mech, steps=k, spacing=4e-3))
     # the discretisation really is shared (an unsampled Gaussian has none: closed form)
     if accs[0]._exact is None:
         assert accs[0]._branches[0].uppers[0] is accs[1]._branches[0].uppers[0]
@@ -56,7 +57,7 @@ def test_default_interval_rule():
     for a, k in zip(accs, steps):
         # never coarser than the steps value's own rule
         assert a.interval <= _rule_interval(stats, [k])[0]
-        _same(a, pldlib.account(SGD, steps=k, interval=a.interval))
+        _same(a, pldlib.account(SGD, steps=k, spacing=a.interval))
     # the largest steps value gets exactly the spacing account() picks for it
     assert accs[-1].interval == pldlib.account(SGD, steps=10000).interval
     # a steps value whose own rule is coarser than the shared spacing joins the group
@@ -96,7 +97,7 @@ def test_sweep_method_cells_equal_direct_calls_at_the_shared_interval():
     assert notes == []
     h = pldlib.account(SGD, steps=max(steps)).interval
     for i, k in enumerate(steps):
-        r = pldlib.account(SGD, steps=k, interval=h).epsilon(deltas)
+        r = pldlib.account(SGD, steps=k, spacing=h).epsilon(deltas)
         np.testing.assert_array_equal(lo[i], r.lower)
         np.testing.assert_array_equal(up[i], r.upper)
 
@@ -120,9 +121,9 @@ def test_sweep_option_eps_cap_stops_a_row_only_where_eps_exceeds_the_cap():
     # sigma 0.6, q 0.05: eps passes 8 somewhere inside the steps axis (at every delta)
     params = dict(mechanism="gaussian", sigma=0.6, q=0.05, sampling="poisson", relation="add_remove")
     steps, deltas, cap = [1, 3, 10, 30, 100, 300, 1000, 3000, 10000], [1e-8, 1e-5, 1e-3], 8.0
-    opts = validate_options("pld", "options.pld", {"interval": 2e-3, "eps_cap": cap})
+    opts = validate_options("pld", "options.pld", {"spacing": 2e-3, "eps_cap": cap})
     lo, up, notes = sweep_fn(params, steps, deltas, opts)
-    full_lo, full_up, _ = sweep_fn(params, steps, deltas, validate_options("pld", "options.pld", {"interval": 2e-3}))
+    full_lo, full_up, _ = sweep_fn(params, steps, deltas, validate_options("pld", "options.pld", {"spacing": 2e-3}))
     skipped = np.isnan(up).all(axis=1)
     assert skipped.any() and not skipped.all()
     first = int(np.argmax(skipped))

@@ -192,7 +192,7 @@ def test_explicit_interval_trades_accuracy():
     t = exact_eps(r, 1e-6)
     widths = []
     for h in [0.2, 0.05, 0.01]:
-        iv = pldlib.account(pldlib.Gaussian(sigma=1.0), steps=100, interval=h).epsilon(1e-6)
+        iv = pldlib.account(pldlib.Gaussian(sigma=1.0), steps=100, spacing=h).epsilon(1e-6)
         assert iv.lower <= t <= iv.upper, (h, iv, t)
         widths.append(iv.upper - iv.lower)
     assert widths[0] >= widths[1] >= widths[2]

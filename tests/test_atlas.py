@@ -105,7 +105,7 @@ def test_certify_falls_back_on_calibrate_when_its_two_steps_miss(atlas_path, mon
     # certified at calibrate's own grid (the default grid of _check_upper is coarser here)
     assert ans.eps_upper <= 2.0
     m = pldlib.Gaussian(sigma=float(ans.sigma), q=0.02, sampling="poisson")
-    assert pldlib.account(m, 300, interval=2e-4).epsilon(3e-6).upper <= 2.0
+    assert pldlib.account(m, 300, spacing=2e-4).epsilon(3e-6).upper <= 2.0
     ref = pldlib.calibrate(epsilon=2.0, delta=3e-6, q=0.02, steps=300, table=None).sigma
     assert abs(ans.sigma / ref - 1) < 5e-3
 

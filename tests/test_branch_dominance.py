@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import pldlib
-from pldlib.methods.pld import COARSE_FACTOR
+import pldlib.methods.pld_grid as pld_grid
+from pldlib.methods.pld_grid import COARSE_FACTOR
 
 
 def _full(acc):
@@ -30,18 +31,18 @@ def _label(acc, name):
 def test_dominated_add_direction_is_skipped_and_changes_nothing(delta):
     mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
     h = 2e-3
-    acc = pldlib.account(mech, steps=1000, interval=h)
+    acc = pldlib.account(mech, steps=1000, spacing=h)
     got = acc.epsilon(delta)
     assert not _label(acc, "add").source.built          # never discretised at h
     assert _label(acc, "remove").source.built
-    full = _full(pldlib.account(mech, steps=1000, interval=h)).epsilon(delta)
+    full = _full(pldlib.account(mech, steps=1000, spacing=h)).epsilon(delta)
     assert got.lower == full.lower                       # the skipped branch had no say
     assert got.upper <= full.upper
     # each direction accounted on its own (independent accountants)
     rem = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="remove"),
-                         steps=1000, interval=h).epsilon(delta)
+                         steps=1000, spacing=h).epsilon(delta)
     add = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add"),
-                         steps=1000, interval=h).epsilon(delta)
+                         steps=1000, spacing=h).epsilon(delta)
     assert add.upper < rem.lower                         # why skipping was allowed
     assert got.upper >= max(rem.lower, add.lower)
     assert got.lower == pytest.approx(rem.lower, rel=1e-12)
@@ -54,7 +55,7 @@ def test_default_grid_keeps_the_dominated_direction_coarse():
     acc = pldlib.account(mech, steps=10000)
     got = acc.epsilon(1e-5)
     assert not _label(acc, "add").source.built
-    full = _full(pldlib.account(mech, steps=10000, interval=acc.interval)).epsilon(1e-5)
+    full = _full(pldlib.account(mech, steps=10000, spacing=acc.interval)).epsilon(1e-5)
     assert got.lower == full.lower
     assert got.upper <= full.upper
 
@@ -62,7 +63,7 @@ def test_default_grid_keeps_the_dominated_direction_coarse():
 def test_coarse_bound_is_a_certified_upper_bound():
     """The coarse pessimistic bound used for the test is itself >= the full lower bound."""
     mech = pldlib.Gaussian(sigma=0.9, q=0.05, sampling="poisson", relation="add_remove")
-    acc = pldlib.account(mech, steps=200, interval=4e-3)
+    acc = pldlib.account(mech, steps=200, spacing=4e-3)
     deltas = np.array([1e-3, 1e-6, 1e-10])
     eps_grid = np.array([0.5, 1.0, 2.0])
     for st in acc._branches:
@@ -79,17 +80,17 @@ def test_crossing_directions_both_used_and_bounds_respected():
     """Subsampled Laplace, k = 2: add and remove cross; max after composing."""
     kw = dict(scale=1.0, q=0.5, sampling="poisson")
     eps = np.linspace(0.0, 1.9, 40)
-    ar = pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, interval=1e-3)
+    ar = pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, spacing=1e-3)
     got = ar.delta(eps)
-    rem = pldlib.account(pldlib.Laplace(relation="remove", **kw), steps=2, interval=1e-3).delta(eps)
-    add = pldlib.account(pldlib.Laplace(relation="add", **kw), steps=2, interval=1e-3).delta(eps)
+    rem = pldlib.account(pldlib.Laplace(relation="remove", **kw), steps=2, spacing=1e-3).delta(eps)
+    add = pldlib.account(pldlib.Laplace(relation="add", **kw), steps=2, spacing=1e-3).delta(eps)
     assert (add.lower > rem.upper).any() and (rem.lower > add.upper).any()  # they cross
     assert all(st.source.built for st in ar._branches)
     truth_lo = np.maximum(rem.lower, add.lower)
     assert np.all(got.lower >= truth_lo - 1e-15)
     assert np.all(got.upper >= truth_lo)
     assert np.all(got.upper <= np.maximum(rem.upper, add.upper) + 1e-12)
-    full = _full(pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, interval=1e-3)).delta(eps)
+    full = _full(pldlib.account(pldlib.Laplace(relation="add_remove", **kw), steps=2, spacing=1e-3)).delta(eps)
     np.testing.assert_allclose(got.lower, full.lower, rtol=0, atol=1e-15)
     np.testing.assert_allclose(got.upper, full.upper, rtol=0, atol=1e-15)
 
@@ -104,7 +105,7 @@ def test_nearly_symmetric_directions_are_composed_without_a_coarse_screen(lower_
     mech = pldlib.Gaussian(sigma=2.18, q=1.8e-4, sampling="poisson", relation="add_remove")
 
     def run():
-        acc = pldlib.account(mech, steps=5950, interval=1e-4, lower_bound=lower_bound)
+        acc = pldlib.account(mech, steps=5950, spacing=1e-4, lower_bound=lower_bound)
         calls = []
         orig = acc._coarse_upper
         monkeypatch.setattr(acc, "_coarse_upper", lambda *a, **k: calls.append(1) or orig(*a, **k))
@@ -138,17 +139,17 @@ def test_later_branch_gets_its_lower_side_only_where_it_could_matter(kind):
     def ask(acc):
         return acc.epsilon(x) if kind == "eps" else acc.delta(x)
 
-    acc = pldlib.account(_schedule("add_remove"), interval=h)
+    acc = pldlib.account(_schedule("add_remove"), spacing=h)
     got = ask(acc)
     add, rem = _label(acc, "add"), _label(acc, "remove")
     assert add.source.uppers_built and not add.source.built   # no optimistic hull for add
     assert rem.source.built
-    full = ask(_full(pldlib.account(_schedule("add_remove"), interval=h)))
+    full = ask(_full(pldlib.account(_schedule("add_remove"), spacing=h)))
     np.testing.assert_array_equal(got.lower, full.lower)
     np.testing.assert_array_equal(got.upper, full.upper)
     # each direction on its own (independent accountants): why the hull could be skipped
-    a = ask(pldlib.account(_schedule("add"), interval=h))
-    r = ask(pldlib.account(_schedule("remove"), interval=h))
+    a = ask(pldlib.account(_schedule("add"), spacing=h))
+    r = ask(pldlib.account(_schedule("remove"), spacing=h))
     assert np.all(a.upper < r.lower)
     np.testing.assert_allclose(got.lower, r.lower, rtol=1e-12)
     np.testing.assert_allclose(got.upper, np.maximum(a.upper, r.upper), rtol=1e-12)
@@ -162,10 +163,10 @@ def test_later_branch_that_may_be_the_largest_gets_its_lower_side(monkeypatch):
     h = 2e-3
     monkeypatch.setattr(A.PLDAccountant, "_likely_first",
                         lambda self, x, kind, fine=False: (self._labels.index("add"), [0.0, 0.0]))
-    acc = pldlib.account(_schedule("add_remove"), interval=h)
+    acc = pldlib.account(_schedule("add_remove"), spacing=h)
     got = acc.epsilon(np.array([1e-5, 1e-9]))
     assert all(st.source.built for st in acc._branches)
-    full = _full(pldlib.account(_schedule("add_remove"), interval=h)).epsilon(np.array([1e-5, 1e-9]))
+    full = _full(pldlib.account(_schedule("add_remove"), spacing=h)).epsilon(np.array([1e-5, 1e-9]))
     np.testing.assert_array_equal(got.lower, full.lower)
     assert np.all(got.upper <= full.upper)                # (the smaller of two certified uppers)
     np.testing.assert_allclose(got.upper, full.upper, rtol=1e-9)
@@ -181,11 +182,11 @@ def test_tilt_estimated_from_the_coarsened_fine_plds_matches_the_coarse_discreti
     import pldlib.methods.pld as A
     from pldlib.pld.compose import estimate_tilt
 
-    monkeypatch.setattr(A, "THIN_FROM", 10**9)
+    monkeypatch.setattr(pld_grid, "THIN_FROM", 10**9)
 
     mech = pldlib.Gaussian(sigma=1.22, q=4.3e-4, sampling="poisson", relation="add_remove")
     steps, delta = 22592, 5.6e-8
-    acc = pldlib.account(mech, steps=steps, interval=9.9e-5, lower_bound=False)
+    acc = pldlib.account(mech, steps=steps, spacing=9.9e-5, lower_bound=False)
     got = acc.epsilon(delta)
     cut = A._cut_scale(np.array([delta]))
     for st in acc._branches:
@@ -196,7 +197,7 @@ def test_tilt_estimated_from_the_coarsened_fine_plds_matches_the_coarse_discreti
         assert via_fine == pytest.approx(via_profile, rel=1e-3)
     # the same accountant with the tilts estimated on coarse discretisations of the profiles
     monkeypatch.setattr(A, "_tilt_plds", lambda st, cut=None: st.coarse_at(cut))
-    old = pldlib.account(mech, steps=steps, interval=9.9e-5, lower_bound=False)
+    old = pldlib.account(mech, steps=steps, spacing=9.9e-5, lower_bound=False)
     ref = old.epsilon(delta)
     assert all(st.source._coarse for st in old._branches)
     assert got.upper == pytest.approx(ref.upper, rel=1e-9)
@@ -215,7 +216,7 @@ def test_far_direction_is_screened_at_a_wider_spacing_first_and_changes_nothing(
     h, delta = 1e-4, 1e-5  # (the add direction's grid: ~36k points, >= 512 at 32 h)
 
     def run():
-        acc = pldlib.account(mech, steps=1000, interval=h, lower_bound=lower_bound)
+        acc = pldlib.account(mech, steps=1000, spacing=h, lower_bound=lower_bound)
         calls = []
         orig = acc._coarse_upper
 
@@ -231,7 +232,7 @@ def test_far_direction_is_screened_at_a_wider_spacing_first_and_changes_nothing(
     assert [s for s, _ in calls] == [A.SCREEN_SPREAD]    # the wider screen sufficed
     assert not _label(acc, "add").source.built
     add = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add"),
-                         steps=1000, interval=h).epsilon(delta)
+                         steps=1000, spacing=h).epsilon(delta)
     assert calls[0][1] >= add.lower                      # a certified upper bound of the add direction
     assert calls[0][1] <= (got.lower if lower_bound else got.upper)  # why it was skipped
     # without the wider screen (or with one too wide to skip anything): the cheap one decides,
@@ -252,7 +253,7 @@ def test_far_direction_is_screened_at_a_wider_spacing_first_and_changes_nothing(
 
 def test_coarse_grids_skip_the_wider_screen():
     mech = pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson", relation="add_remove")
-    acc = pldlib.account(mech, steps=1000, interval=2e-3)  # (~1,800 points: 56 at 32 h)
+    acc = pldlib.account(mech, steps=1000, spacing=2e-3)  # (~1,800 points: 56 at 32 h)
     acc.epsilon(1e-5)
     assert [len(k) for k in _label(acc, "add").coarse_cache] == [2]  # the cheap screen alone
 
@@ -262,7 +263,7 @@ def test_long_schedules_get_no_wider_screen_either(monkeypatch):
     # any spacing, even where the wider one would be allowed)
     import pldlib.methods.pld as A
 
-    monkeypatch.setattr(A, "SCREEN_SPREAD_POINTS", 1)
-    acc = pldlib.account(_schedule("add_remove"), interval=2e-3)
+    monkeypatch.setattr(pld_grid, "SCREEN_SPREAD_POINTS", 1)
+    acc = pldlib.account(_schedule("add_remove"), spacing=2e-3)
     acc.epsilon(1e-5)
     assert all(st.source.uppers_built and not st.coarse_cache for st in acc._branches)

@@ -92,7 +92,7 @@ def test_enumerator_reproduces_the_rr_closed_form():
 def test_randomized_response_matches_enumeration_on_grid(k):
     """h = ln 3 puts every composed atom on the grid: both curves must be exact."""
     pairs = product_pair(RR_P, RR_Q, k)
-    acc = pldlib.account(pldlib.RandomizedResponse(eps0=math.log(3)), steps=k, interval=math.log(3))
+    acc = pldlib.account(pldlib.RandomizedResponse(eps0=math.log(3)), steps=k, spacing=math.log(3))
     iv = acc.delta([math.log(a) for a in RR_ALPHAS])
     for a, lo, up in zip(RR_ALPHAS, iv.lower, iv.upper):
         exact = float(exact_delta(pairs, a))
@@ -108,7 +108,7 @@ def test_randomized_response_matches_enumeration_on_finer_grids(N, k):
     the upper curve carries the certified FFT round-off term, which grows with the
     number of bins (~k N), so it is allowed 1e-11 above the truth (never below)."""
     pairs = product_pair(RR_P, RR_Q, k)
-    acc = pldlib.account(pldlib.RandomizedResponse(eps0=math.log(3)), steps=k, interval=math.log(3) / N)
+    acc = pldlib.account(pldlib.RandomizedResponse(eps0=math.log(3)), steps=k, spacing=math.log(3) / N)
     iv = acc.delta([math.log(a) for a in RR_ALPHAS])
     for a, lo, up in zip(RR_ALPHAS, iv.lower, iv.upper):
         exact = float(exact_delta(pairs, a))
@@ -119,7 +119,7 @@ def test_randomized_response_matches_enumeration_on_finer_grids(N, k):
 @pytest.mark.parametrize("k", [1, 2, 4, 6])
 def test_randomized_response_epsilon_matches_enumeration(k):
     pairs = product_pair(RR_P, RR_Q, k)
-    acc = pldlib.account(pldlib.RandomizedResponse(eps0=math.log(3)), steps=k, interval=math.log(3))
+    acc = pldlib.account(pldlib.RandomizedResponse(eps0=math.log(3)), steps=k, spacing=math.log(3))
     deltas = [0.5, 0.2, 0.1, 0.03, 1e-3]
     iv = acc.epsilon(deltas)
     for d, lo, up in zip(deltas, iv.lower, iv.upper):
@@ -174,7 +174,7 @@ def test_approx_dp_matches_enumeration(k, d0):
     P, Q = adp_pair(d0)
     pairs = product_pair(P, Q, k)
     # float(1/100) differs from 1/100 by ~2e-19: far below the tolerance
-    acc = pldlib.account(pldlib.ApproxDP(eps0=math.log(3), delta0=float(d0)), steps=k, interval=math.log(3) / 2)
+    acc = pldlib.account(pldlib.ApproxDP(eps0=math.log(3), delta0=float(d0)), steps=k, spacing=math.log(3) / 2)
     iv = acc.delta([math.log(a) for a in RR_ALPHAS])
     for a, lo, up in zip(RR_ALPHAS, iv.lower, iv.upper):
         exact = float(exact_delta(pairs, a))
@@ -192,7 +192,7 @@ def test_approx_dp_small_eps0_coarse_grid(k, interval):
     P = [d0, p * (1 - d0), (1 - p) * (1 - d0), Fraction(0)]
     Q = [Fraction(0), (1 - p) * (1 - d0), p * (1 - d0), d0]
     pairs = product_pair(P, Q, k)
-    acc = pldlib.account(pldlib.ApproxDP(eps0=math.log(21 / 20), delta0=0.125), steps=k, interval=interval)
+    acc = pldlib.account(pldlib.ApproxDP(eps0=math.log(21 / 20), delta0=0.125), steps=k, spacing=interval)
     alphas = [Fraction(9, 10), Fraction(1), Fraction(41, 40), Fraction(21, 20), Fraction(11, 10), Fraction(6, 5)]
     iv = acc.delta([math.log(a) for a in alphas])
     for a, lo, up in zip(alphas, iv.lower, iv.upper):
@@ -247,7 +247,7 @@ def test_random_finite_pairs_bracket_the_enumeration(pair, k, h, alphas):
     pairs = product_pair(P, Q, k)
     prof = finite_profile(P, Q)
     try:  # (the refusal may come when the grid is built or at the first query)
-        acc = pldlib.account(pldlib.Custom(profile=prof), steps=k, interval=h)
+        acc = pldlib.account(pldlib.Custom(profile=prof), steps=k, spacing=h)
         iv = acc.delta([math.log(a) for a in alphas])
     except ValueError as e:
         # refused as meaningless (issue 18): only when h exceeds half the whole loss range

@@ -48,6 +48,7 @@ def test_certain_infinite_mass_agrees_with_the_grid_path():
 
 # -- the time budget of the automatic grid -------------------------------------------------
 from pldlib.methods import pld as A  # noqa: E402
+from pldlib.methods import pld_budget  # noqa: E402
 from pldlib.methods.pld import AccuracyLimitedWarning  # noqa: E402
 from pldlib.testing.truth import delta_gaussian  # noqa: E402
 
@@ -70,6 +71,7 @@ def test_a_budget_too_small_for_the_grid_coarsens_it_and_stays_certified(monkeyp
     d_fine = fine.delta(eps)
     assert not fine.accuracy_limited
     monkeypatch.setattr(A, "TIME_MIN_BINS", 4096)
+    monkeypatch.setattr(pld_budget, "TIME_MIN_BINS", 4096)
     tight = _remove_accountant(time_budget=1e-3)
     with pytest.warns(AccuracyLimitedWarning, match="time budget"):
         d = tight.delta(eps)
@@ -82,9 +84,9 @@ def test_a_budget_too_small_for_the_grid_coarsens_it_and_stays_certified(monkeyp
 
 
 def test_the_budget_never_touches_an_explicit_interval():
-    a = pldlib.PLDAccountant("remove", interval=2e-4).compose(
+    a = pldlib.PLDAccountant("remove", spacing=2e-4).compose(
         E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10_000)
-    b = pldlib.PLDAccountant("remove", interval=2e-4, time_budget=1e-3).compose(
+    b = pldlib.PLDAccountant("remove", spacing=2e-4, time_budget=1e-3).compose(
         E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10_000)
     assert a.epsilon(1e-5) == b.epsilon(1e-5)
     assert not b.accuracy_limited and b.interval == 2e-4

@@ -20,10 +20,10 @@ def test_calibrated_sigma_is_certified_and_tight(eps, delta, q, steps, sampling,
     samp = "none" if q == 1.0 else sampling
     mech = lambda s: pldlib.Gaussian(sigma=s, q=q, sampling=samp, relation=relation)
     # independent re-check at a finer accuracy than the search used
-    up = pldlib.account(mech(r.sigma), steps=steps, interval=r.interval / 2).epsilon(delta)
+    up = pldlib.account(mech(r.sigma), steps=steps, spacing=r.interval / 2).epsilon(delta)
     assert up.upper <= eps
     assert r.sigma_lower is not None and r.sigma / r.sigma_lower <= 1 + tol + 1e-12
-    lo = pldlib.account(mech(r.sigma_lower), steps=steps, interval=r.interval / 2).epsilon(delta)
+    lo = pldlib.account(mech(r.sigma_lower), steps=steps, spacing=r.interval / 2).epsilon(delta)
     assert lo.lower > eps  # the true optimum lies in (sigma_lower, sigma]
 
 
@@ -51,7 +51,7 @@ def _bisect_to_convergence(eps, delta, q, steps, sampling, relation, h, lo, hi, 
     """Plain bisection on 'certified upper <= target' at a fixed grid spacing h."""
     samp = "none" if q == 1.0 else sampling
     ok = lambda s: pldlib.account(pldlib.Gaussian(sigma=s, q=q, sampling=samp, relation=relation),
-                                  steps=steps, interval=h).epsilon(delta).upper <= eps
+                                  steps=steps, spacing=h).epsilon(delta).upper <= eps
     assert ok(hi) and not ok(lo)
     for _ in range(iters):
         mid = (lo * hi) ** 0.5
@@ -84,7 +84,7 @@ def test_without_infeasibility_certificate(sampling, relation):
     eps, delta, q, steps, tol = 3.0, 1e-5, 0.02, 500, 1e-4
     r = calibrate(eps, delta, q, steps, sampling=sampling, relation=relation, tol=tol, certify_lower=False)
     mech = lambda s: pldlib.Gaussian(sigma=s, q=q, sampling=sampling, relation=relation)
-    full = pldlib.account(mech(r.sigma), steps=steps, interval=r.interval).epsilon(delta)
+    full = pldlib.account(mech(r.sigma), steps=steps, spacing=r.interval).epsilon(delta)
     assert full.upper <= eps and r.epsilon.upper <= eps
     # same h: the same connect-the-dots curve, composed on two windows (an upper-only composition
     # starts its window near the answer, docs/MATH.md 4.3): equal up to round-off, and never below
@@ -92,7 +92,7 @@ def test_without_infeasibility_certificate(sampling, relation):
     assert r.epsilon.upper == pytest.approx(full.upper, rel=1e-9)
     assert r.epsilon.upper >= full.lower
     assert -1e300 < r.epsilon.lower <= full.upper
-    assert r.epsilon.lower <= pldlib.account(mech(r.sigma), steps=steps, interval=r.interval / 2).epsilon(delta).upper
+    assert r.epsilon.lower <= pldlib.account(mech(r.sigma), steps=steps, spacing=r.interval / 2).epsilon(delta).upper
     s_b = _bisect_to_convergence(eps, delta, q, steps, sampling, relation, r.interval, r.sigma / 1.05,
                                  r.sigma * 1.01, iters=20)
     assert s_b * (1 - 1e-9) <= r.sigma <= s_b * (1 + tol)
@@ -100,25 +100,25 @@ def test_without_infeasibility_certificate(sampling, relation):
 
 def test_upper_only_accountant_matches_the_full_upper_bound():
     mech = pldlib.Gaussian(sigma=1.2, q=0.03, sampling="poisson", relation="add_remove")
-    full = pldlib.account(mech, steps=300, interval=2e-3)
-    up = pldlib.account(mech, steps=300, interval=2e-3, lower_bound=False)
+    full = pldlib.account(mech, steps=300, spacing=2e-3)
+    up = pldlib.account(mech, steps=300, spacing=2e-3, lower_bound=False)
     d = [1e-3, 1e-6, 1e-9]
     assert list(up.epsilon(d).upper) == list(full.epsilon(d).upper)
     assert all(x == -float("inf") for x in up.epsilon(d).lower)
     e = [0.5, 1.0, 2.0]
     assert list(up.delta(e).upper) == pytest.approx(list(full.delta(e).upper), rel=1e-12)
     assert all(x == 0.0 for x in up.delta(e).lower)
-    with pytest.raises(ValueError, match="lower_bound=False needs an explicit interval"):
+    with pytest.raises(ValueError, match="lower_bound=False needs an explicit spacing"):
         pldlib.account(mech, steps=300, lower_bound=False)
     with pytest.raises(TypeError, match="lower_bound"):
-        pldlib.account(mech, steps=300, interval=2e-3, lower_bound="no")
+        pldlib.account(mech, steps=300, spacing=2e-3, lower_bound="no")
 
 
 def test_opacus_helper_tolerance_accountant_and_certificate():
     kw = dict(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.02, steps=500)
     s = get_noise_multiplier(**kw)
     mech = pldlib.Gaussian(sigma=s, q=0.02, sampling="poisson", relation="add_remove")
-    assert pldlib.account(mech, steps=500, interval=1e-4).epsilon(1e-5).upper <= 3.0
+    assert pldlib.account(mech, steps=500, spacing=1e-4).epsilon(1e-5).upper <= 3.0
     # a looser epsilon tolerance gives a sigma at least as large (coarser search), never below
     # the certified optimum bracket of the tight one
     s_loose = get_noise_multiplier(**kw, epsilon_tolerance=0.3)  # tol 0.05 -> capped at 1e-3

@@ -75,7 +75,7 @@ def test_epsilon_json_structure_and_values(capsys):
     p = obj["params"]
     assert p["mechanism"] == "gaussian" and p["sigma"] == 2.0 and p["steps"] == 50
     assert p["q"] == 1.0 and p["sampling"] == "none" and p["relation"] == "add_remove"
-    assert p["sensitivity"] == 1.0 and p["interval"] > 0
+    assert p["sensitivity"] == 1.0 and p["spacing"] > 0
     assert [set(r) for r in obj["epsilon"]] == [{"delta", "lower", "upper", "trivial"}] * 3
     mu = math.sqrt(50) / 2.0
     for r, d in zip(obj["epsilon"], deltas):
@@ -131,7 +131,7 @@ def test_negative_scientific_epsilon_is_a_value(capsys):
 def test_interval_knob_is_passed_through(capsys):
     code, out, _ = run_main(["epsilon", *GAUSS, "--delta", "1e-5", "--interval", "0.01", "--json"], capsys)
     assert code == 0
-    assert json_strict(out)["params"]["interval"] == 0.01
+    assert json_strict(out)["params"]["spacing"] == 0.01
 
 
 def test_table_output(capsys):
@@ -158,7 +158,7 @@ class _FakeAccountant(pldlib.Accountant):
     made: list = []
     answer: dict = {}
 
-    def __init__(self, relation="add_remove", *, interval=None, max_bins=None):
+    def __init__(self, relation="add_remove", *, spacing=None, max_bins=None):
         super().__init__(relation)
         self.lo, self.hi, self.exc = self.answer.get("lo", -math.inf), self.answer.get("hi", math.inf), \
             self.answer.get("exc")
@@ -288,7 +288,7 @@ BAD = [
     (_argv(mechanism="laplace", drop=("sigma",)), "--scale"),  # laplace without --scale
     (_argv(drop=("sigma",)), "--sigma"),
     (_argv(drop=("steps",)), "--steps"),
-    (_argv(interval="0"), "--interval"),
+    (_argv(spacing="0"), "--interval"),
     (_argv(sensitivity="-2"), "--sensitivity"),
 ]
 

@@ -30,11 +30,11 @@ def test_calibrate_json_contract_and_certificate(capsys):
     assert d["epsilon"]["lower"] <= d["epsilon"]["upper"] <= 2.0
     # independent re-check of the certificate on a finer grid than the search used
     acc = pldlib.account(pldlib.Gaussian(sigma=d["sigma"], q=0.02, sampling="poisson"), steps=500,
-                         interval=d["params"]["interval"] / 2)
+                         spacing=d["params"]["spacing"] / 2)
     assert acc.epsilon(1e-5).upper <= 2.0
     # and the certified-infeasible end really is infeasible (re-checked at a finer grid than used)
     acc = pldlib.account(pldlib.Gaussian(sigma=d["sigma_lower"], q=0.02, sampling="poisson"), steps=500,
-                         interval=d["params"]["interval"] / 2)
+                         spacing=d["params"]["spacing"] / 2)
     assert acc.epsilon(1e-5).lower > 2.0
 
 

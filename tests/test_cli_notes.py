@@ -239,9 +239,9 @@ def test_calibrate_json_has_the_fields(capsys):
 
 
 def test_coarse_interval_is_a_json_note_too(capsys):
-    code = cli.main(["epsilon", *SAMPLED, "--steps", "1000", "--delta", "1e-5", "--interval", "0.1", "--json"])
+    code = cli.main(["epsilon", *SAMPLED, "--steps", "1000", "--delta", "1e-5", "--spacing", "0.1", "--json"])
     out, err = capsys.readouterr()
-    assert code == 0 and err.startswith("pldlib: warning: --interval 0.1 is too coarse here")
+    assert code == 0 and err.startswith("pldlib: warning: --spacing 0.1 is too coarse here")
     obj = strict(out)
     assert obj["notes"] == [err.strip().removeprefix("pldlib: warning: ")]
     assert obj["trivial"] is False and obj["accuracy_limited"] is False

@@ -154,7 +154,7 @@ def test_memory_budget_gives_flagged_certified_interval():
     rl, ru = ref.epsilon(1e-5)
     assert lo <= ru and rl <= up and lo <= up
     with pytest.raises(pldlib.GridTooLargeError):
-        pldlib.account(mech, steps=200, interval=1e-7, max_bins=1000)
+        pldlib.account(mech, steps=200, spacing=1e-7, max_bins=1000)
 
 
 @pytest.mark.parametrize("eps0,K", [(0.01, 10**5), (0.3, 10**6), (1.0, 10**7)])

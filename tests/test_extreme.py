@@ -67,10 +67,10 @@ def test_plain_gaussian_million_steps_brackets_closed_form():
 def test_grid_cap_is_a_clear_error_not_a_hang():
     t0 = time.perf_counter()
     with pytest.raises(pldlib.GridTooLargeError, match="grid points"):
-        pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.5, sampling="poisson"), steps=1, interval=1e-7,
+        pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.5, sampling="poisson"), steps=1, spacing=1e-7,
                        max_bins=100_000)
     with pytest.raises(pldlib.GridTooLargeError, match="grid points"):
-        pldlib.account(pldlib.Gaussian(sigma=0.5, q=0.5, sampling="poisson"), steps=100_000, interval=1e-3,
+        pldlib.account(pldlib.Gaussian(sigma=0.5, q=0.5, sampling="poisson"), steps=100_000, spacing=1e-3,
                        max_bins=1_000_000).epsilon(1e-5)
     assert time.perf_counter() - t0 < 10
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
+import pldlib.methods.pld_grid as pld_grid
 from pldlib.pld import compose as C
 from pldlib.pld.discretize import _lower_hull_values, _monotone_chain
 
@@ -180,7 +181,7 @@ def test_cached_sides_give_the_same_compositions_as_fresh_ones():
     import pldlib
     from pldlib.methods.pld import account
 
-    acc = account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson"), steps=2000, interval=2e-3)
+    acc = account(pldlib.Gaussian(sigma=1.0, q=0.02, sampling="poisson"), steps=2000, spacing=2e-3)
     st = acc._branches[-1]
     for k in (10, 300, 2000):  # fill the caches with other counts and tilts
         C.compose(st.uppers, st.lowers, [k], theta=C.estimate_tilt(st.uppers, [k], 1e-8))
@@ -277,7 +278,7 @@ def test_upper_only_and_default_paths_bracket_the_truth(relation):
     dirs = ["remove"] if relation == "remove" else ["remove", "add"]
     truth = max(float(epsilon_gaussian(delta, sigma, steps, q=q, direction=d)) for d in dirs)
     mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation=relation)
-    fast = pldlib.account(mech, steps=steps, interval=2e-4, lower_bound=False).epsilon(delta)
+    fast = pldlib.account(mech, steps=steps, spacing=2e-4, lower_bound=False).epsilon(delta)
     default = pldlib.account(mech, steps=steps).epsilon(delta)
     assert truth <= fast.upper <= truth * (1 + 1e-3)
     assert default.lower <= truth <= default.upper
@@ -344,7 +345,7 @@ def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
     sigma, q, steps, delta, h = 1.0, 0.01, 10000, 1e-5, 1e-4  # (the DP-SGD headline)
     truth = float(epsilon_gaussian(delta, sigma, steps, q=q, direction="remove"))
     mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation="remove")
-    acc = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
+    acc = pldlib.account(mech, steps=steps, spacing=h, lower_bound=False)
     got = acc.epsilon(delta)
     (st,) = acc._branches
     assert st.source._thinned and not st.source.uppers_built
@@ -357,12 +358,12 @@ def test_upper_only_queries_on_large_grids_compose_thinned_plds(monkeypatch):
     assert np.array_equal(fresh.mass_err, pld.mass_err)
     assert truth <= got.upper <= truth * (1 + 1e-5)
     # after other queries (other tilts, other thinned PLDs), the same answer
-    again = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
+    again = pldlib.account(mech, steps=steps, spacing=h, lower_bound=False)
     again.epsilon(1e-9)
     again.epsilon(np.array([1e-3, 1e-7]))
     assert again.epsilon(delta).upper == got.upper
-    monkeypatch.setattr(A, "THIN_FROM", 10**9)
-    whole = pldlib.account(mech, steps=steps, interval=h, lower_bound=False).epsilon(delta)
+    monkeypatch.setattr(pld_grid, "THIN_FROM", 10**9)
+    whole = pldlib.account(mech, steps=steps, spacing=h, lower_bound=False).epsilon(delta)
     # (the curve is above the whole grid's; the certified answers differ also by their tilts' round-off
     # allowances, ~1e-11 here)
     assert whole.upper * (1 - 1e-9) <= got.upper <= whole.upper * (1 + 1e-7)
@@ -386,7 +387,7 @@ def test_cheap_plds_on_fine_grids_keep_their_spacing(monkeypatch):
         orig = A.PLDAccountant._branch_epsilon
         monkeypatch.setattr(A.PLDAccountant, "_branch_epsilon",
                             lambda self, st, d, lower=True: calls.append(st.label) or orig(self, st, d, lower))
-        acc = pldlib.account(mech, steps=steps, interval=h, lower_bound=False)
+        acc = pldlib.account(mech, steps=steps, spacing=h, lower_bound=False)
         got = acc.epsilon(delta).upper
         monkeypatch.setattr(A.PLDAccountant, "_branch_epsilon", orig)
         return acc, got, calls
@@ -396,7 +397,7 @@ def test_cheap_plds_on_fine_grids_keep_their_spacing(monkeypatch):
     for st in acc._branches:
         t = st.source.level_for(cut, st.counts)
         n = min(g.n for g, _ in st.source._grids_at(t))
-        ks = [8 * 2**j for j in range(12) if n // (8 * 2**j) >= A.COARSE_POINTS]
+        ks = [8 * 2**j for j in range(12) if n // (8 * 2**j) >= pld_grid.COARSE_POINTS]
         assert st.source.coarse_factor(t) == max(ks + [8])
     (first,) = [st for st in acc._branches if st.label == calls[0]]
     k = first.source.coarse_factor(first.source.level_for(cut, first.counts))
@@ -404,7 +405,7 @@ def test_cheap_plds_on_fine_grids_keep_their_spacing(monkeypatch):
     assert len(calls) == 1  # the other direction: skipped by its cheap certified bound
     truth = max(float(epsilon_gaussian(delta, sigma, steps, q=q, direction=d)) for d in ("remove", "add"))
     assert truth <= got <= truth * (1 + 1e-5)
-    monkeypatch.setattr(A, "COARSE_POINTS", 10**12)  # (k = 8 everywhere)
+    monkeypatch.setattr(pld_grid, "COARSE_POINTS", 10**12)  # (k = 8 everywhere)
     acc8, got8, calls8 = run()
     assert all(st.source.coarse_factor(None) == 8 for st in acc8._branches) and len(calls8) == 1
     assert abs(got - got8) <= 1e-8 * got8

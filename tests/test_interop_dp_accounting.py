@@ -62,7 +62,7 @@ def test_same_event_through_both_accountants(name, event):
     their_opt = _their_optimistic(PARTS[name], h)
     # behind dp_accounting's interface, at half their grid spacing (0.1-0.2 s); at the same
     # spacing both upper ends are the same connect-the-dots number (ours 1e-8 higher: round-off)
-    ours = PldlibAccountant(NR.ADD_OR_REMOVE_ONE, interval=h / 2)
+    ours = PldlibAccountant(NR.ADD_OR_REMOVE_ONE, spacing=h / 2)
     assert ours.compose(event) is ours
     iv = ours.epsilon_interval(DELTA)
     assert ours.get_epsilon(DELTA) == iv.upper           # get_epsilon is the certified upper end
@@ -81,13 +81,53 @@ def test_calibrate_dp_mechanism_returns_a_certified_sigma():
     def make_event(sigma):
         return D.SelfComposedDpEvent(D.PoissonSampledDpEvent(0.01, D.GaussianDpEvent(sigma)), 10_000)
 
-    sigma = MC.calibrate_dp_mechanism(lambda: PldlibAccountant(interval=2e-3), make_event, 6.0, DELTA,
+    sigma = MC.calibrate_dp_mechanism(lambda: PldlibAccountant(spacing=2e-3), make_event, 6.0, DELTA,
                                       bracket_interval=MC.LowerEndpointAndGuess(0.0, 1.0), tol=1e-3)
-    check = PldlibAccountant(interval=2e-3).compose(make_event(sigma))
+    check = PldlibAccountant(spacing=2e-3).compose(make_event(sigma))
     assert check.get_epsilon(DELTA) <= 6.0                  # certified: its upper bound meets the target
     # near-optimal: pldlib's own calibration (certified optimum within 0.1%) is within 1% of it
     ref = pldlib.calibrate(epsilon=6.0, delta=DELTA, q=0.01, steps=10_000, table=None)
     assert ref.sigma <= sigma * 1.001 and sigma <= ref.sigma * 1.01, (sigma, ref.sigma)
+
+
+def test_our_calibrate_dp_mechanism_takes_dp_accountings_arguments_and_certifies_the_answer():
+    # the drop-in for dp_accounting.mechanism_calibration.calibrate_dp_mechanism: same arguments,
+    # answered by pldlib's certified search; checked against dp_accounting's own PLD accountant
+    from pldlib.interop.dp_accounting import calibrate_dp_mechanism
+
+    def noise(sigma):
+        return D.SelfComposedDpEvent(D.PoissonSampledDpEvent(0.01, D.GaussianDpEvent(sigma)), 1000)
+
+    sigma = calibrate_dp_mechanism(PldlibAccountant, noise, 2.0, DELTA, MC.LowerEndpointAndGuess(0, 1))
+    assert isinstance(sigma, float)
+    assert PldlibAccountant().compose(noise(sigma)).get_epsilon(DELTA) <= 2.0   # certified at the answer
+    # dp_accounting's fine-grid PLD: the answer meets the target there too, and its own (uncertified)
+    # root is within 0.5% of ours
+    fine = dpa_pld.PLDAccountant(value_discretization_interval=1e-4)
+    assert fine.compose(noise(sigma)).get_epsilon(DELTA) <= 2.0 * (1 + 1e-3)
+    theirs = MC.calibrate_dp_mechanism(dpa_pld.PLDAccountant, noise, 2.0, DELTA, MC.LowerEndpointAndGuess(0, 1),
+                                       tol=1e-4)
+    assert abs(sigma / theirs - 1) < 5e-3, (sigma, theirs)
+    # 1% less noise is certified to miss the target (the answer is near the optimum)
+    assert PldlibAccountant().compose(noise(sigma * 0.99)).epsilon_interval(DELTA).lower > 2.0
+
+    # a discrete parameter where more is less private: the largest number of steps
+    def steps(k):
+        return D.SelfComposedDpEvent(D.PoissonSampledDpEvent(0.01, D.GaussianDpEvent(1.0)), k)
+
+    k = calibrate_dp_mechanism(PldlibAccountant, steps, 2.0, DELTA, MC.LowerEndpointAndGuess(1, 100), discrete=True)
+    assert isinstance(k, int)
+    assert PldlibAccountant().compose(steps(k)).get_epsilon(DELTA) <= 2.0
+    assert PldlibAccountant().compose(steps(int(k * 1.03) + 1)).epsilon_interval(DELTA).lower > 2.0
+    # an explicit bracket, and the errors
+    s2 = calibrate_dp_mechanism(PldlibAccountant, noise, 2.0, DELTA, MC.ExplicitBracketInterval(0.5, 3.0))
+    assert abs(s2 / sigma - 1) < 2e-3
+    with pytest.raises(TypeError, match="PldlibAccountant"):
+        calibrate_dp_mechanism(dpa_pld.PLDAccountant, noise, 2.0, DELTA)
+    with pytest.raises(ValueError, match="target_delta"):
+        calibrate_dp_mechanism(PldlibAccountant, noise, 2.0, 0.0)
+    with pytest.raises(pldlib.calibration.TargetUnreachableError, match="unreachable"):
+        calibrate_dp_mechanism(PldlibAccountant, noise, 2.0, DELTA, MC.ExplicitBracketInterval(0.1, 0.5))
 
 
 def test_jax_privacy_style_factory_and_recipe():
@@ -237,8 +277,8 @@ def test_special_events_and_refusals():
         PldlibAccountant(method="clt")
     with pytest.raises(TypeError, match="neighboring_relation"):
         PldlibAccountant("add_remove")
-    with pytest.raises(ValueError, match="interval"):
-        PldlibAccountant(interval=-1.0)
+    with pytest.raises(ValueError, match="spacing"):
+        PldlibAccountant(spacing=-1.0)
 
 
 @pytest.mark.parametrize("method", ["prv", "spa", "rdp"])

@@ -103,7 +103,7 @@ def test_epsilon_is_computed_from_history_not_from_state_beside_it():
 
 
 def test_heterogeneous_history_brackets_dp_accountings_fine_grid():
-    acc = OpacusAccountant(interval=5e-4)
+    acc = OpacusAccountant(spacing=5e-4)
     acc.history = [(1.0, 0.01, 1000), (2.0, 0.05, 500)]
     iv = acc.get_epsilon_interval(DELTA)
     event = D.ComposedDpEvent([D.SelfComposedDpEvent(D.PoissonSampledDpEvent(q, D.GaussianDpEvent(s)), k)

@@ -104,7 +104,7 @@ def test_explicit_fine_intervals_agree_on_a_very_private_wor_composition():
     assert B < 1e-16
     ivs = []
     for h in (2e-8, 5e-9):
-        acc = pldlib.account(m, steps=125_000, interval=h)
+        acc = pldlib.account(m, steps=125_000, spacing=h)
         ivs.append((acc.epsilon([0.5, 1e-5]), acc.delta([-0.5, 0.0])))
         e, d = ivs[-1]
         with mp.workdps(40):
@@ -190,7 +190,7 @@ def test_explicit_interval_beyond_the_memory_budget_is_refused_under_a_memory_ca
         import pldlib
         try:
             pldlib.account(pldlib.Gaussian(sigma=0.1178546231923773, q=0.00020371970639318756,
-                                           sampling='wor'), steps=15, interval=1e-4).delta(0.0)
+                                           sampling='wor'), steps=15, spacing=1e-4).delta(0.0)
             print('ANSWERED')
         except pldlib.GridTooLargeError as e:
             print('REFUSED', 'memory_budget' in str(e))
@@ -210,7 +210,7 @@ def test_explicit_interval_beyond_the_memory_budget_is_refused(budget):
     refused with GridTooLargeError naming it."""
     m = G(sigma=1.0, q=0.01, sampling="poisson")
     with pytest.raises(pldlib.GridTooLargeError, match="memory_budget"):
-        pldlib.account(m, steps=10_000, interval=1e-4, memory_budget=budget).epsilon(1e-5)
+        pldlib.account(m, steps=10_000, spacing=1e-4, memory_budget=budget).epsilon(1e-5)
 
 
 # -- item 10: lower bounds at a support edge ------------------------------------------------------
@@ -237,7 +237,7 @@ def test_coarse_and_finer_explicit_intervals_both_keep_the_edge():
     0.060 against ~0.0964): each lower end within 1% of its upper; with h = 0.003 (the lattice
     through 0) every pair of intervals intersects."""
     m = G(sigma=0.3, q=0.01, sampling="wor")
-    ivs = [pldlib.account(m, steps=10, interval=h).max_tpr(1e-3) for h in (0.03, 0.015, 0.006, 0.003)]
+    ivs = [pldlib.account(m, steps=10, spacing=h).max_tpr(1e-3) for h in (0.03, 0.015, 0.006, 0.003)]
     for iv in ivs[:3]:
         assert iv.lower >= 0.99 * iv.upper, iv
     assert max(iv.lower for iv in ivs) <= min(iv.upper for iv in ivs)
@@ -254,7 +254,7 @@ def test_offset_lattice_near_an_edge_contains_the_mpmath_truth(relation, h):
     """Poisson sigma 0.8, q 0.05, 20 steps at h = 0.02 and 0.012 (the edge |ln(1 - q)| = 0.051 is 2.6
     and 4.3 cells away): delta(0.5) contains the contour-integral truth."""
     iv = pldlib.account(G(sigma=0.8, q=0.05, sampling="poisson", relation=relation), steps=20,
-                        interval=h).delta(0.5)
+                        spacing=h).delta(0.5)
     t = TRUTH_08_005_20[relation]
     assert iv.lower <= t * (1 - 1e-9) and iv.upper >= t * (1 + 1e-9), (iv, t)
 

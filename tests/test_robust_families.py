@@ -222,7 +222,7 @@ def test_tiny_run_of_every_family(tmp_path):
         {"family": "negeps", "method": "rdp", "relation": "remove",
          "steps": [[{"kind": "sgauss", "sigma": 50.0, "q": 1e-6, "scheme": "poisson"}, 10**4]],
          "query": ["delta", -0.2]},
-        {"family": "explicit", "method": "pld", "relation": "add_remove", "interval": 1e-3,
+        {"family": "explicit", "method": "pld", "relation": "add_remove", "spacing": 1e-3,
          "steps": [[{"kind": "sgauss", "sigma": 1.0, "q": 0.01, "scheme": "poisson"}, 1]], "query": ["delta", 0.5]},
     ]
     recs = [R.run_case(c) for c in cases]

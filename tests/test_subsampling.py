@@ -117,7 +117,7 @@ def test_randomized_response_counterexample_exact():
 
     h = math.log(3) / 2000  # ln(3/2) and ln(1/2) are not on one grid: the interval must contain the truth
     for label, prof in [("AB", pa), ("BA", pa.reversed())]:
-        acc = pldlib.account(Custom(profile=prof), steps=2, interval=h)
+        acc = pldlib.account(Custom(profile=prof), steps=2, spacing=h)
         for alpha, truth in [(Fraction(4, 3), {"AB": Fraction(11, 48), "BA": Fraction(1, 6)}[label]),
                              (Fraction(2), {"AB": Fraction(1, 16), "BA": Fraction(1, 8)}[label])]:
             iv = acc.delta(math.log(alpha))
@@ -126,7 +126,7 @@ def test_randomized_response_counterexample_exact():
     # a custom pair whose add and remove directions differ: both composed, max after composing
     two_way = Custom(profile=pa.reversed(), add_profile=pa)
     assert [b.label for b in two_way.branches()] == ["add", "remove"]
-    acc = pldlib.account(two_way, steps=2, interval=h)
+    acc = pldlib.account(two_way, steps=2, spacing=h)
     for alpha, truth in [(Fraction(4, 3), Fraction(11, 48)), (Fraction(2), Fraction(1, 8))]:
         iv = acc.delta(math.log(alpha))
         assert iv.lower - 1e-12 <= float(truth) <= iv.upper + 1e-12
@@ -154,8 +154,8 @@ def test_laplace_add_remove_curves_cross_after_composition():
     eps = np.array([0.25, 0.9])
     acc_both = pldlib.account(mk("add_remove"), steps=2)
     h = acc_both.interval  # same grid for all three, so the max can be compared exactly
-    add = pldlib.account(mk("add"), steps=2, interval=h).delta(eps)
-    rem = pldlib.account(mk("remove"), steps=2, interval=h).delta(eps)
+    add = pldlib.account(mk("add"), steps=2, spacing=h).delta(eps)
+    rem = pldlib.account(mk("remove"), steps=2, spacing=h).delta(eps)
     both = acc_both.delta(eps)
     # independent truth by 2-d quadrature
     t_add = np.array([_laplace_two_step_delta(e, b, q, "add") for e in eps])
@@ -234,7 +234,7 @@ def test_bruteforce_dominance(sampling, relation):
     eps_grid = np.linspace(-0.5, 3.0, 15)
     mech = pldlib.LatticeNoise(pmf=tuple(PMF), shift=1, q=q, sampling=sampling, relation=relation)
     for k in (1, 2, 3):
-        acc = pldlib.account(mech, steps=k, interval=2e-3)
+        acc = pldlib.account(mech, steps=k, spacing=2e-3)
         iv = acc.delta(eps_grid)
         worst = np.zeros(eps_grid.size)
         for A, B in _pairs(relation, sampling, n):
@@ -289,7 +289,7 @@ def test_heterogeneous_sequence():
     acc = pldlib.account(seq)
     iv = acc.epsilon([1e-5])
     # monotone: dropping the Laplace queries cannot increase epsilon
-    sub = pldlib.account(seq[:2], interval=acc.interval).epsilon([1e-5])
+    sub = pldlib.account(seq[:2], spacing=acc.interval).epsilon([1e-5])
     assert sub.upper[0] <= iv.upper[0] + 1e-12
     assert iv.lower[0] <= iv.upper[0]
     assert (iv.upper[0] - iv.lower[0]) / iv.upper[0] < 0.01

@@ -22,7 +22,7 @@ def test_shipped_configs_parse():
     assert demo.name == "demo" and demo.methods == ("pld",)
     assert len(demo.sigma) == 6 and demo.sigma[0] == pytest.approx(0.6) and demo.sigma[-1] == pytest.approx(4.0)
     assert demo.steps == (10, 100, 1000, 10000)
-    assert demo.options["pld"].get("interval") is None  # automatic accuracy
+    assert demo.options["pld"].get("spacing") is None  # automatic accuracy
     small = load_config(ROOT / "configs" / "test_small.yaml")
     assert small.q == (1.0,) and small.sampling == ("none",)
 
@@ -38,7 +38,7 @@ def test_generators_and_defaults():
     assert all(isinstance(s, int) for s in cfg.steps)
     assert cfg.delta == (1e-5, 1e-6)
     assert cfg.q == (1.0,) and cfg.sampling == ("none",) and cfg.relation == ("add_remove",)
-    assert cfg.options["pld"]["interval"] == 2e-3
+    assert cfg.options["pld"]["spacing"] == 2e-3
 
 
 def test_fingerprint():
@@ -51,7 +51,7 @@ def test_fingerprint():
     d["grid"]["delta"] = [1e-5, 1e-9]
     assert parse_config(d).fingerprint() != a.fingerprint()
     d = base()
-    d["options"]["pld"]["interval"] = 1e-3
+    d["options"]["pld"]["spacing"] = 1e-3
     assert parse_config(d).fingerprint() != a.fingerprint()
 
 
@@ -101,7 +101,7 @@ BAD = [
     ("mechanism", "exponential", "mechanism", "unknown mechanism"),
     ("colour", "blue", "colour", "unknown key"),
     ("options.pld.precision", 3, "options.pld.precision", "unknown option"),
-    ("options.pld.interval", -1.0, "options.pld.interval", "> 0"),
+    ("options.pld.spacing", -1.0, "options.pld.spacing", "> 0"),
     ("options.rdp", {"orders": [2]}, "options.rdp", "not in methods"),
     ("grid", [1, 2], "grid", "mapping"),
 ]

@@ -17,7 +17,7 @@ def cfg(store, **changes):
     data = {"name": "peers", "store": str(store), "mechanism": "gaussian", "methods": ["pld"],
             "grid": {"sigma": [1.0], "q": [0.01], "steps": [10, 100], "delta": [1e-5, 1e-8],
                      "sampling": ["poisson"], "relation": ["add_remove"]},
-            "options": {"pld": {"interval": 2e-3}}}
+            "options": {"pld": {"spacing": 2e-3}}}
     for k, v in changes.items():
         if k in data["grid"]:
             data["grid"][k] = v
@@ -83,7 +83,7 @@ def test_variants_and_quick_validation(tmp_path, capsys):
         (dict(variants={"fine": "nosuch"}), "variants.fine"),
         (dict(methods=["pld", "fine"]), "methods[1]"),
         (dict(methods=["pld", "fine"], variants={"fine": "pld"},
-              options={"pld": {"interval": 2e-3}, "fine": {"interval": -1}}), "options.fine.interval"),
+              options={"pld": {"spacing": 2e-3}, "fine": {"spacing": -1}}), "options.fine.spacing"),
         (dict(quick={"grid": {"temperature": [1]}}), "quick.grid.temperature"),
         (dict(quick={"grid": {"sigma": [-1.0]}}), "quick.grid.sigma[0]"),
         (dict(quick={"steps": [1]}), "quick.steps"),
@@ -101,7 +101,7 @@ def test_variants_and_quick_validation(tmp_path, capsys):
     q = load_config(write_config(tmp_path / "q.yaml", cfg(tmp_path / "s.zarr", quick={"grid": {"steps": [5]}})),
                     quick=True)
     assert q.name == "peers-quick" and q.store == str(tmp_path / "s_quick.zarr")
-    assert q.steps == (5,) and q.delta == (1e-5, 1e-8) and q.options["pld"]["interval"] == 2e-3
+    assert q.steps == (5,) and q.delta == (1e-5, 1e-8) and q.options["pld"]["spacing"] == 2e-3
 
 
 # -- results ------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def test_dp_accounting_cells_and_unsupported(client, tmp_path):
     store = tmp_path / "d.zarr"
     data = cfg(store, methods=["pld", "dp_accounting"], sampling=["poisson", "wor"],
                relation=["add_remove", "remove", "substitution"],
-               options={"pld": {"interval": 2e-3}, "dp_accounting": {"value_discretization_interval": 2e-3}})
+               options={"pld": {"spacing": 2e-3}, "dp_accounting": {"value_discretization_interval": 2e-3}})
     rep = run(client, data)
     assert rep.complete and rep.failed == 0  # unsupported cells are answers, not failures
     ds = open_dataset(str(store))
@@ -178,7 +178,7 @@ def test_prv_accountant_cells_and_unsupported(client, tmp_path):
 
     store = tmp_path / "p.zarr"
     data = cfg(store, methods=["pld", "prv_accountant"], relation=["add_remove", "remove"], steps=[100],
-               options={"pld": {"interval": 2e-3}, "prv_accountant": {"eps_error": 0.05}})
+               options={"pld": {"spacing": 2e-3}, "prv_accountant": {"eps_error": 0.05}})
     rep = run(client, data)
     assert rep.complete
     ds = open_dataset(str(store))
@@ -210,7 +210,7 @@ def test_prv_accountant_refusal_is_a_recorded_failure(client, tmp_path):
 def test_variants_run_their_method_with_their_options(client, tmp_path):
     store = tmp_path / "v.zarr"
     data = cfg(store, methods=["pld", "pld_coarse"], variants={"pld_coarse": "pld"},
-               options={"pld": {"interval": 1e-3}, "pld_coarse": {"interval": 4e-3}})
+               options={"pld": {"spacing": 1e-3}, "pld_coarse": {"spacing": 4e-3}})
     assert run(client, data).complete
     ds = open_dataset(str(store))
     fine, coarse = block(ds, method="pld"), block(ds, method="pld_coarse")
@@ -220,6 +220,6 @@ def test_variants_run_their_method_with_their_options(client, tmp_path):
     assert (np.maximum(fine.eps_lower, coarse.eps_lower) <= np.minimum(fine.eps_upper, coarse.eps_upper)).all()
     for k, i in ((100, 1), (10, 0)):
         r = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson"), steps=k,
-                           interval=4e-3).epsilon([1e-5, 1e-8])
+                           spacing=4e-3).epsilon([1e-5, 1e-8])
         c = coarse.isel(steps=i)
         assert (c.eps_lower.values <= r.upper).all() and (r.lower <= c.eps_upper.values).all()

@@ -364,7 +364,7 @@ def test_status_under_load_and_the_heartbeat_keeps_beating(tmp_path):
     process) says running every time it looks."""
     store = tmp_path / "load.zarr"
     d = small_config(store, sigma={"linspace": [1.0, 3.0, 100]}, relation=["add_remove"], steps=[1], delta=[1e-5])
-    d["options"]["pld"]["interval"] = 1e-2
+    d["options"]["pld"]["spacing"] = 1e-2
     cfg_path = write_config(tmp_path / "load.yaml", d)
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)

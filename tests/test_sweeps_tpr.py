@@ -232,7 +232,7 @@ def test_block_task_tpr_for_failed_unsupported_and_peer_blocks(tmp_path):
 
     d = tpr_config(tmp_path / "b.zarr", methods=["pld", "dp_accounting"], sampling=["poisson", "wor"],
                    q=[0.5], relation=["add_remove"], steps=[1, 10])
-    d["options"] = {"pld": {"interval": 2e-3, "fail": {"sigma": 2.0}},
+    d["options"] = {"pld": {"spacing": 2e-3, "fail": {"sigma": 2.0}},
                     "dp_accounting": {"value_discretization_interval": 1e-2}}
     plan = make_plan(parse_config(d))
     by = {(b.params["sigma"], b.params["sampling"], b.params["method"]): b for b in plan.blocks}

@@ -44,7 +44,7 @@ def test_kfold_gaussian_bracketed(sigma, k):
 @pytest.mark.parametrize("eps0", [0.1, 1.0, 3.0])
 def test_randomized_response_bracketed(eps0):
     a = np.concatenate([ALPHAS, np.linspace(0.5, 1.0, 26)])
-    acc = PLDAccountant("add_remove", interval=1e-3).compose(RandomizedResponseEvent(eps0))
+    acc = PLDAccountant("add_remove", spacing=1e-3).compose(RandomizedResponseEvent(eps0))
     iv = acc.tradeoff(a)
     truth = rr_f(eps0, a)
     assert np.all(iv.lower <= truth + 0.0) and np.all(truth <= iv.upper)
@@ -84,7 +84,7 @@ def _configs():
 
 @pytest.mark.parametrize("sigma,q,k,scheme,relation", _configs())
 def test_consistent_with_certified_profile(sigma, q, k, scheme, relation):
-    acc = PLDAccountant(relation, interval=0.02).compose(Sampled(GaussianEvent(sigma), q, scheme), k)
+    acc = PLDAccountant(relation, spacing=0.02).compose(Sampled(GaussianEvent(sigma), q, scheme), k)
     a = np.concatenate([np.geomspace(1e-6, 0.5, 25), np.linspace(0.55, 0.99, 10)])
     iv = acc.tradeoff(a)
     eps = np.linspace(-3, 12, 301)
@@ -168,7 +168,7 @@ def test_attack_calibration_certified(target):
     res = pldlib.calibrate(q=q, steps=k, tol=1e-2, **target)
     # checked independently with a fresh accountant at the returned sigma (default accuracy)
     acc = pldlib.account(pldlib.Gaussian(sigma=res.sigma, q=q, sampling="poisson"), steps=k,
-                         interval=res.interval)
+                         spacing=res.interval)
     if "advantage" in target:
         assert acc.advantage().upper <= target["advantage"]
         assert res.value.upper <= target["advantage"]
@@ -238,7 +238,7 @@ def test_one_direction_is_not_symmetric(relation):
     """For add or remove alone the relation is ordered: the reversed-pair term e^-eps (1 - delta - alpha)
     bounds the other direction's beta, and the certified upper end of this direction's beta falls below
     it somewhere (so the consistency test above rightly applies it to symmetric relations only)."""
-    acc = PLDAccountant(relation, interval=0.02).compose(Sampled(GaussianEvent(1.0), 0.1, "poisson"), 10)
+    acc = PLDAccountant(relation, spacing=0.02).compose(Sampled(GaussianEvent(1.0), 0.1, "poisson"), 10)
     a = np.concatenate([np.geomspace(1e-6, 0.5, 25), np.linspace(0.55, 0.99, 10)])
     iv = acc.tradeoff(a)
     eps = np.linspace(-3, 12, 301)
@@ -246,7 +246,7 @@ def test_one_direction_is_not_symmetric(relation):
     second = np.max((1 - du[None, :] - a[:, None]) / np.exp(eps)[None, :], axis=1)
     assert np.any(iv.upper < second - 1e-3)
     # while under add_remove (both directions) it holds
-    both = PLDAccountant("add_remove", interval=0.02).compose(Sampled(GaussianEvent(1.0), 0.1, "poisson"), 10)
+    both = PLDAccountant("add_remove", spacing=0.02).compose(Sampled(GaussianEvent(1.0), 0.1, "poisson"), 10)
     du2 = both.delta(eps).upper
     second2 = np.max((1 - du2[None, :] - a[:, None]) / np.exp(eps)[None, :], axis=1)
     assert np.all(both.tradeoff(a).lower >= second2 - 1e-9)
@@ -257,7 +257,7 @@ def test_randomized_response_gdp_mu():
     eps0 = 1.0
     a = np.geomspace(1e-12, 0.5, 200_001)
     dense = float(np.max(stats.norm.ppf(1 - rr_f(eps0, a)) - stats.norm.ppf(a)))
-    m = PLDAccountant("add_remove", interval=1e-3).compose(RandomizedResponseEvent(eps0)).gdp_mu()
+    m = PLDAccountant("add_remove", spacing=1e-3).compose(RandomizedResponseEvent(eps0)).gdp_mu()
     assert m.lower <= dense + 1e-9 and dense <= m.upper
     assert m.upper - m.lower < 0.01
 
@@ -292,7 +292,7 @@ def test_tables_per_steps_match_the_single_queries(method, q):
             truth = 1 - gdp(math.sqrt(k) / 2.0, np.array(fprs))
             assert np.all(t.tpr_lower[i] <= truth) and np.all(truth <= t.tpr_upper[i])
         if method == "pld":
-            one = PLDAccountant("add_remove", interval=t_interval(ev, ks, k)).compose(ev, k).max_tpr(fprs)
+            one = PLDAccountant("add_remove", spacing=t_interval(ev, ks, k)).compose(ev, k).max_tpr(fprs)
         else:
             one = cls("add_remove", **kw).compose(ev, k).max_tpr(fprs)
         np.testing.assert_array_equal(t.tpr_lower[i], one.lower)

@@ -64,7 +64,7 @@ def test_gdp_seed_does_not_overflow_for_large_epsilon():
 def test_calibrate_at_epsilon_150_is_certified():
     # a large target near the cap still answers, certified (one unsampled step: fast)
     r = pldlib.calibrate(150.0, 1e-5, 1.0, 1, table=None, tol=1e-2, certify_lower=False)
-    check = pldlib.account(pldlib.Gaussian(sigma=r.sigma), steps=1, interval=r.interval).epsilon(1e-5)
+    check = pldlib.account(pldlib.Gaussian(sigma=r.sigma), steps=1, spacing=r.interval).epsilon(1e-5)
     assert check.upper <= 150.0
     # and the closed form of one Gaussian step agrees (Balle and Wang 2018): delta(150) <= 1e-5
     from scipy.special import log_ndtr
@@ -98,25 +98,25 @@ def test_meaningless_interval_is_refused(capsys):
     code, out, err = _cli(capsys, "epsilon", "--mechanism", "gaussian", "--sigma", "1", "--q", "0.5",
                           "--steps", "10", "--delta", "1e-5", "--interval", "100")
     assert code == 2 and out == ""
-    assert err.startswith("pldlib: error: interval: 100.0 is wider than half the whole single-step "
+    assert err.startswith("pldlib: error: spacing: 100.0 is wider than half the whole single-step "
                           "privacy-loss range")
     assert "meaningless" in err and err.count("\n") == 1
-    with pytest.raises(ValueError, match=r"^interval: 100.0 is wider"):
-        pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.5, sampling="poisson"), steps=10, interval=100.0).epsilon(1e-5)
+    with pytest.raises(ValueError, match=r"^spacing: 100.0 is wider"):
+        pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.5, sampling="poisson"), steps=10, spacing=100.0).epsilon(1e-5)
     # Laplace (loss range [-1, 1]): h = 2 keeps one cell; h = 0.5 is coarse but still informative
-    with pytest.raises(ValueError, match="interval"):
-        pldlib.account(pldlib.Laplace(scale=1.0), steps=10, interval=2.0).epsilon(1e-5)
-    iv = pldlib.account(pldlib.Laplace(scale=1.0), steps=10, interval=0.5).epsilon(1e-5)
+    with pytest.raises(ValueError, match="spacing"):
+        pldlib.account(pldlib.Laplace(scale=1.0), steps=10, spacing=2.0).epsilon(1e-5)
+    iv = pldlib.account(pldlib.Laplace(scale=1.0), steps=10, spacing=0.5).epsilon(1e-5)
     assert 9.98 < iv.lower <= iv.upper < 10.0
 
 
 def test_too_coarse_interval_warns_on_the_command_line(capsys):
     code, out, err = _cli(capsys, "epsilon", "--mechanism", "gaussian", "--sigma", "1", "--q", "0.01",
-                          "--steps", "1000", "--delta", "1e-5", "--interval", "0.1", "--json")
+                          "--steps", "1000", "--delta", "1e-5", "--spacing", "0.1", "--json")
     assert code == 0 and out.count("\n") == 1
-    assert err.startswith("pldlib: warning: --interval 0.1 is too coarse here: at delta 1e-05")
+    assert err.startswith("pldlib: warning: --spacing 0.1 is too coarse here: at delta 1e-05")
     code, out, err = _cli(capsys, "epsilon", "--mechanism", "gaussian", "--sigma", "1", "--q", "0.01",
-                          "--steps", "1000", "--delta", "1e-5", "--interval", "0.002")
+                          "--steps", "1000", "--delta", "1e-5", "--spacing", "0.002")
     assert code == 0 and err == ""
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import pldlib
+import pldlib.methods.pld_grid as pld_grid
 from pldlib.pld.grid import GridMeasure
 from pldlib.testing.truth import epsilon_gaussian
 
@@ -24,7 +25,7 @@ def _branch(acc, label):
 def test_truncated_plds_are_on_their_side_of_the_whole_ones(relation):
     sigma, q, steps, h = 1.2, 7e-4, 19044, 1e-4
     mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation=relation)
-    acc = pldlib.account(mech, steps=steps, interval=h)
+    acc = pldlib.account(mech, steps=steps, spacing=h)
     acc.epsilon(3.7e-5)
     src = acc._branches[0].source
     (t, (ups, lows)), = src._levels.items()
@@ -55,7 +56,7 @@ def _whole(monkeypatch, *args, **kw):
     import pldlib.methods.pld as A
 
     with monkeypatch.context() as m:
-        m.setattr(A, "TRUNCATE_FROM", 10**12)
+        m.setattr(pld_grid, "TRUNCATE_FROM", 10**12)
         acc = pldlib.account(*args, **kw)
         for st in acc._branches:
             st.source.fine()
@@ -66,14 +67,14 @@ def test_answers_match_the_whole_range_and_bracket_the_truth(monkeypatch):
     sigma, q, steps, delta = 1.2, 7e-4, 19044, 3.7e-5
     truth = float(epsilon_gaussian(delta, sigma, steps, q=q, direction="remove"))
     mech = pldlib.Gaussian(sigma, q=q, sampling="poisson", relation="remove")
-    acc = pldlib.account(mech, steps=steps, interval=1e-4)
+    acc = pldlib.account(mech, steps=steps, spacing=1e-4)
     got = acc.epsilon(delta)
     assert acc._branches[0].source._levels
     import pldlib.methods.pld as A
 
-    whole = _whole(monkeypatch, mech, steps=steps, interval=1e-4)
+    whole = _whole(monkeypatch, mech, steps=steps, spacing=1e-4)
     with monkeypatch.context() as m:
-        m.setattr(A, "TRUNCATE_FROM", 10**12)
+        m.setattr(pld_grid, "TRUNCATE_FROM", 10**12)
         ref = whole.epsilon(delta)
     assert not whole._branches[0].source._levels
     assert got.lower <= truth <= got.upper
@@ -85,7 +86,7 @@ def test_answers_match_the_whole_range_and_bracket_the_truth(monkeypatch):
 @pytest.mark.parametrize("relation", ["add_remove"])
 def test_smaller_delta_builds_a_deeper_range(relation, monkeypatch):
     mech = pldlib.Gaussian(1.2, q=7e-4, sampling="poisson", relation=relation)
-    acc = pldlib.account(mech, steps=19044, interval=1e-4)
+    acc = pldlib.account(mech, steps=19044, spacing=1e-4)
     a = acc.epsilon(1e-5)
     b = acc.epsilon(1e-12)
     for st in acc._branches:
@@ -98,12 +99,12 @@ def test_smaller_delta_builds_a_deeper_range(relation, monkeypatch):
     # the same answers as from the whole range (both directions, both sides)
     import pldlib.methods.pld as A
 
-    whole = _whole(monkeypatch, mech, steps=19044, interval=1e-4)
+    whole = _whole(monkeypatch, mech, steps=19044, spacing=1e-4)
     with monkeypatch.context() as m:
-        m.setattr(A, "TRUNCATE_FROM", 10**12)
+        m.setattr(pld_grid, "TRUNCATE_FROM", 10**12)
         ref = whole.epsilon(np.array([1e-5, 1e-12]))
     # an answer does not depend on what earlier queries built (the whole range, by a delta(eps) read)
-    fresh = pldlib.account(mech, steps=19044, interval=1e-4)
+    fresh = pldlib.account(mech, steps=19044, spacing=1e-4)
     fresh.delta(np.array([0.3]))
     assert any(st.source._fine is not None for st in fresh._branches)
     for d, want in [(1e-5, a), (1e-12, b)]:  # (one delta per query, as above: a batch's cut is its smallest's)
@@ -114,7 +115,7 @@ def test_smaller_delta_builds_a_deeper_range(relation, monkeypatch):
 
 def test_coarse_screen_plds_are_truncated_too_and_stay_upper_bounds():
     mech = pldlib.Gaussian(1.2, q=7e-4, sampling="poisson", relation="add_remove")
-    acc = pldlib.account(mech, steps=19044, interval=1e-4)
+    acc = pldlib.account(mech, steps=19044, spacing=1e-4)
     deltas = np.array([1e-5])
     got = acc.epsilon(deltas)
     for st in acc._branches:

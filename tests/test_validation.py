@@ -115,7 +115,7 @@ def test_steps_inside_a_list():
 
 @pytest.mark.parametrize("value", [0, -0.1, NAN, INF, "0.1", True], ids=repr)
 def test_interval(value):
-    rejects(lambda: pldlib.account(G, steps=1, interval=value), "interval")
+    rejects(lambda: pldlib.account(G, steps=1, spacing=value), "spacing")
 
 
 @pytest.mark.parametrize("value", [0, -1, "many"], ids=repr)

@@ -65,7 +65,7 @@ from ..methods.peers.dp_accounting import RELATION_OF_DP, to_dp_event  # noqa: F
 from ..profiles import FiniteProfile
 from ..profiles.base import LossRangeError
 
-__all__ = ["PldlibAccountant", "from_dp_event", "to_dp_event", "relation_of", "NeighboringRelation",
+__all__ = ["PldlibAccountant", "calibrate_dp_mechanism", "from_dp_event", "to_dp_event", "relation_of", "NeighboringRelation",
            "CERTIFIED_UPPER_METHODS"]
 
 NeighboringRelation = PA.NeighboringRelation
@@ -254,7 +254,7 @@ class PldlibAccountant(PA.PrivacyAccountant):
         (privacy loss beyond the floating range) or its grid would exceed ``max_bins``:
         return ``inf`` (delta: 1), a valid but trivial upper bound -- this is what
         calibration searches need at tiny noise --, or raise the pldlib error
-    **options : the method's own options (e.g. ``interval=`` for ``pld``)
+    **options : the method's own options (e.g. ``spacing=`` for ``pld``)
 
     ``get_epsilon(delta)`` and ``get_delta(epsilon)`` return the certified upper end
     (pessimistic; MATH.md section 14); :meth:`epsilon_interval` and
@@ -359,3 +359,95 @@ class PldlibAccountant(PA.PrivacyAccountant):
         opts = "".join(f", {k}={E._fmt(v)}" for k, v in self._method_options.items())
         return (f"<PldlibAccountant {self.neighboring_relation.name} method={self._method!r}{opts}: "
                 f"{'non-private; ' if self._non_private else ''}{self._acc!r}>")
+
+
+# -- calibration ------------------------------------------------------------------------------
+#: at most this factor beyond the first guess when a bracket is searched for (as dp_accounting)
+BRACKET_GROWTH = 2.0**30
+
+
+def calibrate_dp_mechanism(make_fresh_accountant, make_event_from_param, target_epsilon: float,
+                           target_delta: float, bracket_interval=None, discrete: bool = False,
+                           tol: float | None = None):
+    """``dp_accounting.mechanism_calibration.calibrate_dp_mechanism``'s contract, answered by
+    pldlib's certified calibration (:func:`pldlib.calibration.calibrate_parameter`).
+
+    ``make_fresh_accountant()`` must return a :class:`PldlibAccountant` (its method, relation
+    and options are used); ``make_event_from_param(p)`` builds the ``DpEvent`` at parameter p.
+    ``bracket_interval`` is a dp_accounting ``ExplicitBracketInterval`` or
+    ``LowerEndpointAndGuess`` (default: lower end 0, guess 1, grown by doubling up to 2^30 times
+    the guess).  The epsilon of the event must be monotone in p, either way (a noise multiplier:
+    decreasing; a number of steps: increasing).  ``tol`` is absolute, as in dp_accounting
+    (default 1e-6, or exact integers when ``discrete``); it becomes the relative tolerance
+    ``tol / max bracket end`` within [1e-8, 0.1].
+
+    Returns the extreme parameter whose **certified upper** epsilon(target_delta) is at most
+    ``target_epsilon`` (an ``int`` when ``discrete``).  Unlike dp_accounting's root search, the
+    returned value never lies on the wrong side of the target: the certificate is checked at
+    the returned value itself.  Raises :class:`pldlib.calibration.TargetUnreachableError` when no
+    parameter in the bracket meets the target.
+    """
+    from dp_accounting import mechanism_calibration as MC
+
+    from ..calibration import NotPrivateError, calibrate_parameter
+
+    if not callable(make_fresh_accountant):
+        raise TypeError(f"make_fresh_accountant: must be callable, got {type(make_fresh_accountant).__name__}")
+    if not callable(make_event_from_param):
+        raise TypeError(f"make_event_from_param: must be callable, got {type(make_event_from_param).__name__}")
+    proto = make_fresh_accountant()
+    if not isinstance(proto, PldlibAccountant):
+        raise TypeError("make_fresh_accountant: must return a PldlibAccountant (a certified pldlib method), got "
+                        f"{type(proto).__name__}; dp_accounting's own calibrate_dp_mechanism serves other accountants")
+    if not isinstance(proto.ledger, D.NoOpDpEvent) and not (
+            isinstance(proto.ledger, D.ComposedDpEvent) and not proto.ledger.events):
+        raise ValueError("make_fresh_accountant: returned an accountant that has composed events already")
+    target_epsilon = V.nonnegative_finite("target_epsilon", target_epsilon)
+    target_delta = V.probability_open("target_delta", target_delta)
+    relation = proto.neighboring_relation
+
+    def event_at(p):
+        p = int(p) if discrete else float(p)
+        ev = _convert(make_event_from_param(p), relation)
+        if ev is NON_PRIVATE:
+            raise NotPrivateError(f"the event at parameter {p!r} is not private (it has no finite epsilon)")
+        return ev
+
+    def meets(p) -> bool:
+        acc = make_accountant(proto._method, proto._relation, **proto._method_options)
+        try:
+            return float(acc.compose(event_at(p), 1).epsilon(target_delta).upper) <= target_epsilon
+        except (ArithmeticError, MemoryError, ValueError):  # (NotPrivateError included)
+            return False  # (no certificate at p: treated as not meeting the target)
+
+    if bracket_interval is None:
+        bracket_interval = MC.LowerEndpointAndGuess(0, 1)
+    if isinstance(bracket_interval, MC.ExplicitBracketInterval):
+        lo, hi = sorted((float(bracket_interval.endpoint_1), float(bracket_interval.endpoint_2)))
+    elif isinstance(bracket_interval, MC.LowerEndpointAndGuess):
+        lo, hi = float(bracket_interval.lower_endpoint), float(bracket_interval.initial_guess)
+        if not hi > lo:
+            raise ValueError(f"bracket_interval: the initial guess {V.fmt(hi)} must exceed the lower endpoint "
+                             f"{V.fmt(lo)}")
+        at_lo, step = meets(lo), hi - lo
+        while meets(hi) == at_lo:
+            step *= 2.0
+            if step > BRACKET_GROWTH * (hi - lo + 1.0):
+                raise MC.NoBracketIntervalFoundError(
+                    f"no parameter between {lo:g} and {hi:g} changes whether the certified epsilon meets "
+                    f"{target_epsilon:g} at delta {target_delta:g}")
+            hi = lo + step
+    else:
+        raise TypeError(f"bracket_interval: an ExplicitBracketInterval or LowerEndpointAndGuess, got "
+                        f"{type(bracket_interval).__name__}")
+    if discrete:
+        lo, hi = math.ceil(lo), math.floor(hi)
+    direction = "larger_is_less_private" if meets(lo) else "larger_is_more_private"
+    if tol is None:
+        tol = 1e-6
+    tol = V.positive_finite("tol", tol)
+    rel = min(max(tol / max(abs(hi), abs(lo), 1e-300), 1e-8), 0.1)
+    res = calibrate_parameter(event_at, (lo, hi), direction=direction, epsilon=target_epsilon, delta=target_delta,
+                              integer=bool(discrete), method=proto._method, relation=proto._relation,
+                              method_options=proto._method_options, tol=rel, parameter="param")
+    return int(res.value) if discrete else float(res.value)

@@ -48,7 +48,7 @@ class OpacusAccountant:
     relation : neighbouring relation (default ``"add_remove"``, as Opacus assumes)
     sampling : how batches are drawn: ``"poisson"`` (Opacus' default DataLoader) or ``"wor"``
         (fixed-size batches: pldlib's certified without-replacement pairs)
-    **options : the method's options (e.g. ``interval=`` for ``pld``)
+    **options : the method's options (e.g. ``spacing=`` for ``pld``)
     """
 
     def __init__(self, method: str = "pld", relation: str = "add_remove", sampling: str = "poisson", **options):
@@ -78,15 +78,17 @@ class OpacusAccountant:
                 return
         self.history.append((noise_multiplier, sample_rate, 1))
 
-    def get_epsilon(self, delta: float, *, interval: float | None = None) -> float:
+    def get_epsilon(self, delta: float, *, spacing: float | None = None, interval: float | None = None) -> float:
         """Certified upper bound on epsilon at ``delta`` for the steps in ``history``
         (0 for an empty history; inf when a step has noise multiplier 0)."""
-        return float(self.get_epsilon_interval(delta, interval=interval).upper)
+        return float(self.get_epsilon_interval(delta, spacing=spacing, interval=interval).upper)
 
-    def get_epsilon_interval(self, delta: float, *, interval: float | None = None):
-        """The method's whole answer (an ``Interval``, with ``estimate`` where the method has one) for ``history``."""
+    def get_epsilon_interval(self, delta: float, *, spacing: float | None = None, interval: float | None = None):
+        """The method's whole answer (an ``Interval``, with ``estimate`` where the method has one) for ``history``
+        (``spacing``: the grid spacing of ``pld``; ``interval`` is its older name)."""
+        spacing = V.spacing_option(spacing, interval)
         delta = V.probability_open("delta", delta)
-        acc, non_private = self._accountant(interval)
+        acc, non_private = self._accountant(spacing)
         if non_private:
             return Interval(math.inf, math.inf)
         if acc is None:
@@ -130,7 +132,7 @@ class OpacusAccountant:
         self.history = [tuple(h) for h in state_dict["history"]]
 
     # -- pldlib ------------------------------------------------------------------------------
-    def _accountant(self, interval):
+    def _accountant(self, spacing):
         """(built pldlib accountant or None, non_private) for the current history (cached)."""
         hist = []
         for i, entry in enumerate(self.history):
@@ -145,12 +147,12 @@ class OpacusAccountant:
                 raise ValueError(f"history[{i}] sample_rate must be in [0, 1], got {V.fmt(q)}")
             k = V.steps(f"history[{i}] steps", k)
             hist.append((s, q, k))
-        key = (tuple(hist), interval)
+        key = (tuple(hist), spacing)
         if key == self._cache_key:
             return self._cache_acc
         opts = dict(self._options)
-        if interval is not None:
-            opts["interval"] = interval
+        if spacing is not None:
+            opts["spacing"] = spacing
         acc = make_accountant(self._method, self._relation, **opts)
         non_private, any_step = False, False
         for s, q, k in hist:

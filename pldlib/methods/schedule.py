@@ -63,7 +63,7 @@ def _groupable(step: Step) -> bool:
     ev = step.event
     # (per-epoch schemes such as random allocation are left alone: their per-step pairs hold
     # only for whole epochs of one component)
-    return isinstance(ev, E.Sampled) and ev.scheme in ("poisson", "wor") and isinstance(ev.event, E.GaussianEvent)
+    return isinstance(ev, E.Sampled) and ev.sampling in ("poisson", "wor") and isinstance(ev.event, E.GaussianEvent)
 
 
 def group_schedule(components: list, relation: str, ratio: float = GROUP_RATIO,
@@ -84,8 +84,8 @@ def group_schedule(components: list, relation: str, ratio: float = GROUP_RATIO,
         group = getattr(ev, "group", 1)
         # rates are merged only for example-level Poisson sampling (the thinning channel of the
         # module docstring moves one record; a user's several records cannot be thinned after the noise)
-        qkey = math.floor(math.log(ev.q) / lq) if (ev.scheme == "poisson" and group == 1) else ev.q
-        key = (ev.scheme, group, g.sensitivity, math.floor(math.log(g.sigma) / lr), qkey)
+        qkey = math.floor(math.log(ev.q) / lq) if (ev.sampling == "poisson" and group == 1) else ev.q
+        key = (ev.sampling, group, g.sensitivity, math.floor(math.log(g.sigma) / lr), qkey)
         cells.setdefault(key, []).append((s, k))
     keep = set(cand)
     out = [c for i, c in enumerate(components) if i not in keep]
@@ -130,7 +130,7 @@ def epoch_components(components: list) -> list:
     for s, k in components:
         ev = s.event
         if isinstance(ev, E.Sampled) and ev.q < 1.0 and ev.group == 1 and not isinstance(s, GroupedStep):
-            scheme = get_scheme(ev.scheme)
+            scheme = get_scheme(ev.sampling)
             t = scheme.steps_multiple(ev.q)
             if t > 1 and k % t == 0:
                 br = scheme.epoch_branches(ev.event, ev.q, s.relation)

@@ -211,6 +211,13 @@ class PrivacyProfile(ABC):
         return None
 
     # -- support ----------------------------------------------------------
+    def loss_sup(self) -> float:
+        """A certified upper bound on the largest privacy loss P can produce: P(L > loss_sup) = 0
+        (+inf where unknown, unbounded, or P(L = +inf) > 0).  Then delta(eps) = 0 exactly for
+        eps >= loss_sup (docs/MATH.md 0.6), and a k-fold composition's losses are at most the
+        sum of its steps' ``loss_sup``.  Generic version: +inf (no claim)."""
+        return math.inf
+
     def support_edges(self) -> tuple[float, float]:
         """(lo, hi): the ends of the support of L (finite losses), -inf / +inf where unbounded.
 
@@ -418,6 +425,9 @@ class LaplaceProfile(PrivacyProfile):
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         return -self.a, self.a
 
+    def loss_sup(self) -> float:
+        return float(self.a)
+
 
 #: whether numpy's long double carries more precision than double (x86: 64-bit mantissa)
 _EXTENDED = np.finfo(np.longdouble).eps < np.finfo(float).eps
@@ -536,6 +546,9 @@ class FiniteProfile(PrivacyProfile):
 
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         return float(self.losses[0]), float(self.losses[-1])
+
+    def loss_sup(self) -> float:
+        return math.inf if self.p_inf > 0 else float(self.losses[-1])
 
 
 def randomized_response_profile(eps0: float) -> FiniteProfile:

@@ -423,6 +423,10 @@ class MixtureProfile(PrivacyProfile):
         lo_l, hi_l = self._range
         return (-hi_l, -lo_l) if self.reverse else (lo_l, hi_l)
 
+    def loss_sup(self) -> float:
+        # (the loss is monotone in x: its range over every output bounds it under P)
+        return math.inf if self.p_inf > 0 else float(self.support_edges()[1])
+
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         lo_l, hi_l = self.support_edges()
         lo, hi = super().eps_bounds(tail) if (np.isinf(lo_l) or np.isinf(hi_l)) else (lo_l, hi_l)

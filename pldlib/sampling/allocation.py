@@ -805,7 +805,7 @@ def unamplified_bounds(components, relation: str) -> "UnamplifiedBounds | None":
     for s, k in components:
         ev = getattr(s, "event", s)
         if isinstance(ev, E.Sampled) and ev.q < 1.0:
-            if ev.scheme not in ("random_allocation", "shuffle") or ev.group != 1 \
+            if ev.sampling not in ("random_allocation", "shuffle") or ev.group != 1 \
                     or not isinstance(ev.event, E.GaussianEvent):
                 return None
             t = epoch_length(ev.q)

@@ -90,7 +90,7 @@ def dominating_pairs(step, relation: str) -> list[Branch]:
     V.choice("relation", relation, V.RELATIONS)
     if isinstance(step, E.Sampled):
         if step.q < 1.0:
-            scheme = get_scheme(step.scheme)
+            scheme = get_scheme(step.sampling)
             if relation not in scheme.relations:
                 raise UnsupportedEventError(f"sampling {scheme.name!r} does not support the relation {relation!r} "
                                             f"(it supports {', '.join(scheme.relations)})")
@@ -107,9 +107,9 @@ def check_steps(step, count: int) -> None:
     """ValueError naming ``steps`` if ``count`` runs of ``step`` are not a whole number
     of the scheme's epochs (:meth:`SamplingScheme.steps_multiple`)."""
     if isinstance(step, E.Sampled) and step.q < 1.0:
-        t = get_scheme(step.scheme).steps_multiple(step.q)
+        t = get_scheme(step.sampling).steps_multiple(step.q)
         if count % t:
-            raise ValueError(f"steps: sampling {step.scheme!r} is accounted per epoch of t={t} steps; "
+            raise ValueError(f"steps: sampling {step.sampling!r} is accounted per epoch of t={t} steps; "
                              f"steps must be a multiple of t, got {count}")
 
 

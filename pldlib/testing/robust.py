@@ -184,7 +184,7 @@ def _explicit_case(rng):
     else:
         query = ["epsilon", _logu(rng, 1e-10, 0.1)]
     return {"family": "explicit", "method": "pld", "relation": rel, "steps": [[step, k]], "query": query,
-            "interval": _logu(rng, 1e-5, 1e-2)}
+            "spacing": _logu(rng, 1e-5, 1e-2)}
 
 
 def family_case(rng, family):
@@ -327,7 +327,7 @@ def _build(case):
 
     method = case.get("method", "pld")
     if method == "pld":
-        acc = PLDAccountant(case["relation"], **({"interval": case["interval"]} if case.get("interval") else {}))
+        acc = PLDAccountant(case["relation"], **({"spacing": case["spacing"]} if case.get("spacing") else {}))
     else:
         acc = make_accountant(method, case["relation"])
     for s, k in case["steps"]:
@@ -350,7 +350,7 @@ def _vm_size() -> int:
 def _child(case, conn):
     # the cap is on what the case itself maps: a child forked from a large parent (a test
     # worker with many threads and arenas) starts with the parent's mappings, which are added
-    cap = (MEM_CAP_EXPLICIT if case.get("interval") else MEM_CAP) + _vm_size()
+    cap = (MEM_CAP_EXPLICIT if case.get("spacing") else MEM_CAP) + _vm_size()
     try:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     except (ValueError, OSError):
@@ -389,7 +389,7 @@ def _child(case, conn):
 def run_case(case, time_limit=TIME_LIMIT, truth_limit=TRUTH_LIMIT):
     """Run one case in a forked child (memory cap, time limit); returns its checked record.
     The child answers first (timed), then computes the family's truth (``truth_limit``)."""
-    if case.get("interval"):  # (an explicit grid has no time budget, by design: a longer limit)
+    if case.get("spacing"):  # (an explicit grid has no time budget, by design: a longer limit)
         time_limit = time_limit * EXPLICIT_TIME_FACTOR
     ctx = mp.get_context("fork")
     a, b = ctx.Pipe(duplex=False)
@@ -531,8 +531,8 @@ def describe(case):
                          for a, v in s.items() if a != "kind")
         parts.append(f"{s['kind']}({args}) x {k:,}")
     head = case["relation"] if case.get("method", "pld") == "pld" else f"{case['method']} {case['relation']}"
-    if case.get("interval"):
-        head += f" interval={case['interval']:.3g}"
+    if case.get("spacing"):
+        head += f" spacing={case['spacing']:.3g}"
     what, x = case["query"]
     return f"{head}: " + " + ".join(parts) + (f"; {what}({x!r})" if exact else f"; {what}({x:.3g})")
 
@@ -658,11 +658,11 @@ def issue_cases():
 
 def issue39_cases():
     """The reproducers of issue 39 as family cases (each checked against its family's truth)."""
-    def g(sigma, q, scheme, k, rel, query, family, method="pld", interval=None):
+    def g(sigma, q, scheme, k, rel, query, family, method="pld", spacing=None):
         c = {"family": family, "method": method, "relation": rel,
              "steps": [[{"kind": "sgauss", "sigma": sigma, "q": q, "scheme": scheme}, k]], "query": query}
-        if interval:
-            c["interval"] = interval
+        if spacing:
+            c["spacing"] = spacing
         return c
 
     def al(sigma, rel, query, method="pld"):
@@ -683,7 +683,7 @@ def issue39_cases():
             rr(0.1, 10, ["delta", 1.0]), rr(60.1, 10, ["delta", 601.0]), rr(30.0, 1, ["delta", 1.0]),
             g(0.5, 0.5, "poisson", 1, "add_remove", ["max_tpr", 0.3], "tradeoff", method="prv"),
             g(0.1178546231923773, 0.00020371970639318756, "wor", 15, "add_remove", ["delta", 0.0], "explicit",
-              interval=1e-4)]
+              spacing=1e-4)]
 
 
 def issue39_report(records):
