@@ -4,8 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PEERS  := $(VENV)/.peers
+BROWSER := $(VENV)/.browser
 
-.PHONY: demo test bench install clean robust docs
+.PHONY: demo test bench install clean robust docs screenshots
 
 $(PY):
 	@$(PYTHON) -m venv $(VENV)
@@ -30,8 +31,22 @@ install: $(STAMP)
 # the suite runs on TEST_WORKERS processes (pytest-xdist; 2 = this machine's and CI's cores); the
 # tests that start clusters as subprocesses share one of them (tests/conftest.py)
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) $(BROWSER)
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# the browser tests drive the system's Chromium (Debian's package), installed here when it is
+# missing and this is root with apt-get; otherwise they are skipped and pytest prints why
+$(BROWSER): | $(PY)
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then touch $(BROWSER); \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Chromium for the browser tests (log: $(VENV)/browser.log)..."; \
+	  if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) > $(VENV)/browser.log 2>&1; \
+	  then touch $(BROWSER); else echo "Chromium could not be installed: the browser tests will be skipped"; fi; \
+	else echo "Chromium is not installed (apt-get install chromium): the browser tests will be skipped"; fi
+
+# screenshots of the calculator page (DP-SGD headline, a bad input) and its timings -> results/
+screenshots: $(STAMP) $(BROWSER)
+	@$(PY) -m benchmarks.web
 
 # the user guide (docs/, Sphinx + myst-parser) -> docs/_build/html; `make test` builds it too
 # (tests/test_docs.py, warnings as errors, every example executed)

@@ -53,6 +53,20 @@ def positive_finite(name: str, value) -> float:
     return v
 
 
+def from_text(check, text: str, *extra):
+    """``check`` (a validator of this module) applied to ``text`` read as a number; a ValueError
+    whose message is the check's without its argument name (``must be > 0, got -1.0``), the
+    one-line message the command line and the calculator page show after their field's name."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number, got {text!r}") from None
+    try:
+        return check("value", v, *extra)
+    except (TypeError, ValueError) as e:
+        raise ValueError(str(e).removeprefix("value ")) from None
+
+
 def spacing_option(spacing, interval, stacklevel: int = 3):
     """The grid spacing given as ``spacing=`` or under its older name ``interval=`` (which warns
     with a ``DeprecationWarning``: an *interval* is an answer); ``ValueError`` when both differ."""

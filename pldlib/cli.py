@@ -160,23 +160,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-
-
 def _arg(check, *extra):
     """An argparse ``type`` from a validator of :mod:`pldlib._validate` (the one set of argument
-    checks, shared with the API and the sweep configs): the text as a number, checked, its
-    error as argparse's one-line message."""
+    checks, shared with the API, the sweep configs and the calculator page): the text as a number,
+    checked (:func:`pldlib._validate.from_text`), its error as argparse's one-line message."""
     def convert(text: str):
-        v = _number(text)
         try:
-            return check("value", v, *extra)
-        except (TypeError, ValueError) as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+            return V.from_text(check, text, *extra)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
     convert.__name__ = check.__name__
     return convert
 
@@ -258,13 +250,17 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--epsilon", type=_epsilon, nargs="+", required=True, metavar="E",
                     help="epsilon value(s), finite (negative allowed)")
     _add_calibrate(sub)
+    _add_serve(sub)
     _add_tradeoff(sub)
     return parser
 
 
 # -- pldlib tradeoff (docs/MATH.md section 10) ---------------------------------------------
 def _alpha(text: str) -> float:
-    x = _number(text)
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not 0.0 <= x <= 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {text!r}")
     return x
@@ -417,6 +413,40 @@ def _run_tradeoff(args) -> int:
                      f"[{_fmt(mu.lower)}, {_fmt(mu.upper)}] (alpha >= 1e-12)")
         print("\n".join(lines))
     return notes.emit()
+
+
+def _add_serve(sub) -> None:
+    ps = sub.add_parser(
+        "serve", help="the privacy calculator in a web browser (or --export DIR: a static copy)",
+        description="Start a local web page: dataset size, batch size, epochs, sampling, relation, delta and a "
+                    "target epsilon or a noise multiplier in; the atlas's certified sigma at once, then the "
+                    "accountant's certified sigma, epsilon over training and the trade-off curve.")
+    ps.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    ps.add_argument("--port", type=_arg(V.int_at_least, 0), default=8050, help="port (default 8050; 0: any free one)")
+    ps.add_argument("--export", metavar="DIR", default=None,
+                    help="write a static copy of the page (atlas look-ups only, no server) into DIR and exit")
+
+
+def _run_serve(args) -> int:
+    if args.export is not None:
+        from .web.export import export
+
+        try:
+            files = export(args.export)
+        except OSError as e:
+            return _fail(f"--export {args.export}: {e.strerror or e}", EXIT_USAGE)
+        print("\n".join(files))
+        return 0
+    from .web.app import serve
+
+    def ready(url):
+        print(f"pldlib calculator: {url}  (Ctrl-C to stop)", flush=True)
+
+    try:
+        serve(args.host, args.port, ready=ready)
+    except OSError as e:
+        return _fail(f"--port {args.port}: cannot listen on {args.host}: {e.strerror or e}", EXIT_USAGE)
+    return 0
 
 
 def _add_calibrate(sub) -> None:
@@ -762,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(e), EXIT_USAGE)
     try:
         args = parser.parse_args(argv)
-        if args.command != "calibrate":
+        if args.command not in ("calibrate", "serve"):
             _resolve(args)
     except UsageError as e:
         return _fail(str(e), EXIT_USAGE)
@@ -772,6 +802,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "calibrate":
             return _run_calibrate(args)
+        if args.command == "serve":
+            return _run_serve(args)
         if args.command == "tradeoff":
             return _run_tradeoff(args)
         values, lo, hi, seconds, acc, notes = _run(args)

@@ -971,7 +971,8 @@ def _errors(ds) -> dict:
 
 def write_report(store: str, out: str | None = None, command: str | None = None,
                  tradeoff_curve: dict | bool | None = None) -> str:
-    """Write REPORT.md, summary.json and PNGs into ``out``; returns the markdown path.
+    """Write REPORT.md, summary.json and PNGs into ``out``, and REPORT.html (the same report as
+    one self-contained page: :func:`sweeps.report_html.write_html`); returns the markdown path.
 
     ``tradeoff_curve``: the configuration whose trade-off curve to plot (``tradeoff_curve.png``,
     :func:`tradeoff_curve_plot`); default: the store config's ``report.tradeoff_curve``, if any
@@ -997,6 +998,9 @@ def write_report(store: str, out: str | None = None, command: str | None = None,
     tmp = out_dir / "REPORT.md.tmp"
     tmp.write_text(md)
     os.replace(tmp, path)
+    from .report_html import write_html
+
+    write_html(out_dir)
     return str(path)
 
 

@@ -73,7 +73,7 @@ def _build() -> argparse.ArgumentParser:
     pl.add_argument("--out", metavar="PATH", help="PNG path (default results/<store name>.png)")
 
     rp = sub.add_parser("report", help="campaign report: markdown + PNG plots (accuracy, widths, "
-                                       "seconds, failures, soundness)")
+                                       "seconds, failures, soundness) and the same as one HTML page")
     rp.add_argument("store")
     rp.add_argument("--out", metavar="DIR",
                     help="output folder (default results/campaigns/<store name>); REPORT.md and PNGs go there")

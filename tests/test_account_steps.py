@@ -43,7 +43,7 @@ def test_explicit_interval_equals_direct_calls(mech):
     accs = account_steps(mech, steps, spacing=4e-3)
     assert [a.total_steps for a in accs] == steps
     for a, k in zip(accs, steps):
-        assert a.interval == 4e-3
+        assert a.spacing == 4e-3
         _same(a, pldlib.account(mech, steps=k, spacing=4e-3))
     # the discretisation really is shared (an unsampled Gaussian has none: closed form)
     if accs[0]._exact is None:
@@ -56,14 +56,14 @@ def test_default_interval_rule():
     stats = _step_stats([(SGD, 1)], [SGD.branches()])
     for a, k in zip(accs, steps):
         # never coarser than the steps value's own rule
-        assert a.interval <= _rule_interval(stats, [k])[0]
-        _same(a, pldlib.account(SGD, steps=k, spacing=a.interval))
+        assert a.spacing <= _rule_interval(stats, [k])[0]
+        _same(a, pldlib.account(SGD, steps=k, spacing=a.spacing))
     # the largest steps value gets exactly the spacing account() picks for it
-    assert accs[-1].interval == pldlib.account(SGD, steps=10000).interval
+    assert accs[-1].spacing == pldlib.account(SGD, steps=10000).spacing
     # a steps value whose own rule is coarser than the shared spacing joins the group
-    assert accs[2].interval == accs[-1].interval
+    assert accs[2].spacing == accs[-1].spacing
     # 1 step: a finer rule than the group's spacing, so it gets its own
-    assert accs[0].interval < accs[-1].interval
+    assert accs[0].spacing < accs[-1].spacing
 
 
 def test_errors_are_isolated_or_raised():
@@ -95,7 +95,7 @@ def test_sweep_method_cells_equal_direct_calls_at_the_shared_interval():
     steps, deltas = [100, 1000, 3000], [1e-8, 1e-5]
     lo, up, notes = sweep_fn(params, steps, deltas, validate_options("pld", "options.pld", {}))
     assert notes == []
-    h = pldlib.account(SGD, steps=max(steps)).interval
+    h = pldlib.account(SGD, steps=max(steps)).spacing
     for i, k in enumerate(steps):
         r = pldlib.account(SGD, steps=k, spacing=h).epsilon(deltas)
         np.testing.assert_array_equal(lo[i], r.lower)

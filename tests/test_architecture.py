@@ -14,7 +14,7 @@ Layers, lowest first (a module may import its own layer and those below):
    accountants
 7. ``pldlib.interop`` -- adapters to other libraries' APIs
 8. ``pldlib`` (the package's namespace), ``pldlib.cli``, ``pldlib.__main__``, ``pldlib.testing``
-   (test harnesses that use the whole package), ``pldlib.plugins``
+   (test harnesses that use the whole package), ``pldlib.plugins``, ``pldlib.web`` (the calculator page)
 9. ``sweeps`` -- the batch workflow
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ LAYERS = [
     ("pldlib.methods",),
     ("pldlib.calibrate", "pldlib.calibration", "pldlib.attack", "pldlib.atlas"),
     ("pldlib.interop",),
-    ("pldlib.cli", "pldlib.__main__", "pldlib", "pldlib.testing", "pldlib.plugins"),
+    ("pldlib.cli", "pldlib.__main__", "pldlib", "pldlib.testing", "pldlib.plugins", "pldlib.web"),
     ("sweeps",),
 ]
 

@@ -55,7 +55,7 @@ def test_default_grid_keeps_the_dominated_direction_coarse():
     acc = pldlib.account(mech, steps=10000)
     got = acc.epsilon(1e-5)
     assert not _label(acc, "add").source.built
-    full = _full(pldlib.account(mech, steps=10000, spacing=acc.interval)).epsilon(1e-5)
+    full = _full(pldlib.account(mech, steps=10000, spacing=acc.spacing)).epsilon(1e-5)
     assert got.lower == full.lower
     assert got.upper <= full.upper
 
@@ -73,7 +73,7 @@ def test_coarse_bound_is_a_certified_upper_bound():
         dl, du = acc._branch_delta(st, eps_grid)
         assert np.all(ce >= l) and np.all(cd >= dl)
         # and it is looser than (or equal to) nothing finer than COARSE_FACTOR allows:
-        assert st.source.coarse()[0].h == pytest.approx(COARSE_FACTOR * acc.interval)
+        assert st.source.coarse()[0].h == pytest.approx(COARSE_FACTOR * acc.spacing)
 
 
 def test_crossing_directions_both_used_and_bounds_respected():

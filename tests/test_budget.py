@@ -75,7 +75,7 @@ def test_a_budget_too_small_for_the_grid_coarsens_it_and_stays_certified(monkeyp
     tight = _remove_accountant(time_budget=1e-3)
     with pytest.warns(AccuracyLimitedWarning, match="time budget"):
         d = tight.delta(eps)
-    assert tight.accuracy_limited and tight.interval > fine.interval
+    assert tight.accuracy_limited and tight.spacing > fine.spacing
     assert d.lower <= truth <= d.upper
     assert d_fine.lower <= truth <= d_fine.upper
     assert d.upper - d.lower >= d_fine.upper - d_fine.lower  # coarser, never claims more
@@ -89,7 +89,7 @@ def test_the_budget_never_touches_an_explicit_interval():
     b = pldlib.PLDAccountant("remove", spacing=2e-4, time_budget=1e-3).compose(
         E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 10_000)
     assert a.epsilon(1e-5) == b.epsilon(1e-5)
-    assert not b.accuracy_limited and b.interval == 2e-4
+    assert not b.accuracy_limited and b.spacing == 2e-4
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "10"])

@@ -20,10 +20,10 @@ def test_calibrated_sigma_is_certified_and_tight(eps, delta, q, steps, sampling,
     samp = "none" if q == 1.0 else sampling
     mech = lambda s: pldlib.Gaussian(sigma=s, q=q, sampling=samp, relation=relation)
     # independent re-check at a finer accuracy than the search used
-    up = pldlib.account(mech(r.sigma), steps=steps, spacing=r.interval / 2).epsilon(delta)
+    up = pldlib.account(mech(r.sigma), steps=steps, spacing=r.spacing / 2).epsilon(delta)
     assert up.upper <= eps
     assert r.sigma_lower is not None and r.sigma / r.sigma_lower <= 1 + tol + 1e-12
-    lo = pldlib.account(mech(r.sigma_lower), steps=steps, spacing=r.interval / 2).epsilon(delta)
+    lo = pldlib.account(mech(r.sigma_lower), steps=steps, spacing=r.spacing / 2).epsilon(delta)
     assert lo.lower > eps  # the true optimum lies in (sigma_lower, sigma]
 
 
@@ -69,7 +69,7 @@ def _bisect_to_convergence(eps, delta, q, steps, sampling, relation, h, lo, hi, 
 def test_calibrated_sigma_matches_bisection_to_convergence(eps, delta, q, steps, sampling, relation):
     tol = 2e-3
     r = calibrate(eps, delta, q, steps, sampling=sampling, relation=relation, tol=tol)
-    h = r.interval
+    h = r.spacing
     s_b = _bisect_to_convergence(eps, delta, q, steps, sampling, relation, h, r.sigma / 1.2, r.sigma * 1.05)
     # the calibrated sigma is certified at h, so it cannot be below the bisection root at h
     assert r.sigma >= s_b * (1 - 1e-4)
@@ -84,7 +84,7 @@ def test_without_infeasibility_certificate(sampling, relation):
     eps, delta, q, steps, tol = 3.0, 1e-5, 0.02, 500, 1e-4
     r = calibrate(eps, delta, q, steps, sampling=sampling, relation=relation, tol=tol, certify_lower=False)
     mech = lambda s: pldlib.Gaussian(sigma=s, q=q, sampling=sampling, relation=relation)
-    full = pldlib.account(mech(r.sigma), steps=steps, spacing=r.interval).epsilon(delta)
+    full = pldlib.account(mech(r.sigma), steps=steps, spacing=r.spacing).epsilon(delta)
     assert full.upper <= eps and r.epsilon.upper <= eps
     # same h: the same connect-the-dots curve, composed on two windows (an upper-only composition
     # starts its window near the answer, docs/MATH.md 4.3): equal up to round-off, and never below
@@ -92,8 +92,8 @@ def test_without_infeasibility_certificate(sampling, relation):
     assert r.epsilon.upper == pytest.approx(full.upper, rel=1e-9)
     assert r.epsilon.upper >= full.lower
     assert -1e300 < r.epsilon.lower <= full.upper
-    assert r.epsilon.lower <= pldlib.account(mech(r.sigma), steps=steps, spacing=r.interval / 2).epsilon(delta).upper
-    s_b = _bisect_to_convergence(eps, delta, q, steps, sampling, relation, r.interval, r.sigma / 1.05,
+    assert r.epsilon.lower <= pldlib.account(mech(r.sigma), steps=steps, spacing=r.spacing / 2).epsilon(delta).upper
+    s_b = _bisect_to_convergence(eps, delta, q, steps, sampling, relation, r.spacing, r.sigma / 1.05,
                                  r.sigma * 1.01, iters=20)
     assert s_b * (1 - 1e-9) <= r.sigma <= s_b * (1 + tol)
 

@@ -162,7 +162,7 @@ class _FakeAccountant(pldlib.Accountant):
         super().__init__(relation)
         self.lo, self.hi, self.exc = self.answer.get("lo", -math.inf), self.answer.get("hi", math.inf), \
             self.answer.get("exc")
-        self.interval = 0.5
+        self.spacing = 0.5
         self.made.append(self)
 
     @property

@@ -319,7 +319,7 @@ def test_laplace_two_fold_accountant_brackets_truth(scale):
         assert (e.upper - e.lower) / t <= 0.02, (scale, d, e, t)
         # and not beyond the largest possible loss 2a (delta is exactly 0 there), up to
         # the pessimistic rounding of each step's atom at a to the next grid point
-        assert e.upper <= 2 * (a + acc.interval) + 1e-9, (scale, d, e, acc.interval)
+        assert e.upper <= 2 * (a + acc.spacing) + 1e-9, (scale, d, e, acc.spacing)
 
 
 @pytest.mark.parametrize("delta", [1e-8, 1e-12])

@@ -332,10 +332,10 @@ def test_calibrate_search_is_not_stopped_by_a_refused_sigma():
     # certified accountant is the reference: sigma meets the target, sigma_lower does not
     r = pldlib.calibrate(1.0, 1e-5, q=0.01, steps=100, sigma_guess=1e-3)
     m = pldlib.Gaussian(sigma=r.sigma, q=0.01, sampling="poisson")
-    assert pldlib.account(m, steps=100, spacing=r.interval).epsilon(1e-5).upper <= 1.0
+    assert pldlib.account(m, steps=100, spacing=r.spacing).epsilon(1e-5).upper <= 1.0
     assert r.sigma_lower is not None and r.sigma / r.sigma_lower <= 1 + 1e-3 + 1e-9
     m = pldlib.Gaussian(sigma=r.sigma_lower, q=0.01, sampling="poisson")
-    assert pldlib.account(m, steps=100, spacing=r.interval).epsilon(1e-5).lower > 1.0
+    assert pldlib.account(m, steps=100, spacing=r.spacing).epsilon(1e-5).lower > 1.0
 
 
 def test_calibration_beyond_the_grid_names_the_target():

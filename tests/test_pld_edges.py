@@ -160,7 +160,7 @@ def test_tiny_spacing_hull_is_under_the_closed_form_curve(relation):
     1 - e^eps is all of it but ~1e-16 (before: total P-mass 1 + 2e-10 with a bound of 9e-13, so
     10^7 steps put the lower curve 1e-3 above the truth)."""
     acc = pldlib.account(G(sigma=5.0, q=1e-7, sampling="poisson", relation=relation), steps=10**7)
-    assert acc.interval < 1e-6  # (the automatic grid: 2-3 cells per step)
+    assert acc.spacing < 1e-6  # (the automatic grid: 2-3 cells per step)
     (st,) = acc._branches
     lo = st.source.fine()[1][0]
     ml = np.maximum(lo.masses - lo.mass_err, 0.0)

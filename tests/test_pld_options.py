@@ -85,7 +85,7 @@ def test_privacy_buckets_default_interval_is_certified_and_bounded():
     m = pldlib.Gaussian(sigma=2.0)
     acc = pldlib.account(m, steps=100, discretisation="privacy_buckets")
     ref = pldlib.account(m, steps=100)
-    assert acc.interval >= ref.interval / 16 / 1.01  # at most 16x finer than the ctd rule (+ its probe)
+    assert acc.spacing >= ref.spacing / 16 / 1.01  # at most 16x finer than the ctd rule (+ its probe)
     lo, up = acc.epsilon(1e-6)
     r = math.sqrt(100) / 2.0
     assert exact_delta(r, up) <= 1e-6 * (1 + 1e-12) and exact_delta(r, lo) >= 1e-6 * (1 - 1e-12)

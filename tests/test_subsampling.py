@@ -153,7 +153,7 @@ def test_laplace_add_remove_curves_cross_after_composition():
     mk = lambda rel: pldlib.Laplace(scale=b, q=q, sampling="poisson", relation=rel)
     eps = np.array([0.25, 0.9])
     acc_both = pldlib.account(mk("add_remove"), steps=2)
-    h = acc_both.interval  # same grid for all three, so the max can be compared exactly
+    h = acc_both.spacing  # same grid for all three, so the max can be compared exactly
     add = pldlib.account(mk("add"), steps=2, spacing=h).delta(eps)
     rem = pldlib.account(mk("remove"), steps=2, spacing=h).delta(eps)
     both = acc_both.delta(eps)
@@ -289,7 +289,7 @@ def test_heterogeneous_sequence():
     acc = pldlib.account(seq)
     iv = acc.epsilon([1e-5])
     # monotone: dropping the Laplace queries cannot increase epsilon
-    sub = pldlib.account(seq[:2], spacing=acc.interval).epsilon([1e-5])
+    sub = pldlib.account(seq[:2], spacing=acc.spacing).epsilon([1e-5])
     assert sub.upper[0] <= iv.upper[0] + 1e-12
     assert iv.lower[0] <= iv.upper[0]
     assert (iv.upper[0] - iv.lower[0]) / iv.upper[0] < 0.01

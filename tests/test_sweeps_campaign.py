@@ -81,6 +81,10 @@ def test_report_is_written_and_self_contained(quick_store):
     for png in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
         assert (out / png).is_file() and (out / png).read_bytes()[:4] == b"\x89PNG"
     assert {"eps_vs_steps.png", "tradeoff.png", "overshoot.png"} <= {p.name for p in out.iterdir()}
+    # ... and as one HTML page with every plot embedded (nothing fetched from elsewhere)
+    page = (out / "REPORT.html").read_text()
+    assert page.count("data:image/png;base64,") == len(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md))
+    assert 'src="http' not in page and ".png\"" not in page
     assert "sweeps run X --quick" in md
     assert "## Soundness" in md and "## Estimates" in md
 

@@ -303,4 +303,4 @@ def t_interval(ev, ks, k):
     """The grid spacing that PLD's shared discretisation of ``ks`` gives steps value ``k``."""
     from pldlib.methods.pld import _account_steps
 
-    return _account_steps("add_remove", ev, ks)[ks.index(k)].interval
+    return _account_steps("add_remove", ev, ks)[ks.index(k)].spacing

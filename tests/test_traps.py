@@ -64,7 +64,7 @@ def test_gdp_seed_does_not_overflow_for_large_epsilon():
 def test_calibrate_at_epsilon_150_is_certified():
     # a large target near the cap still answers, certified (one unsampled step: fast)
     r = pldlib.calibrate(150.0, 1e-5, 1.0, 1, table=None, tol=1e-2, certify_lower=False)
-    check = pldlib.account(pldlib.Gaussian(sigma=r.sigma), steps=1, spacing=r.interval).epsilon(1e-5)
+    check = pldlib.account(pldlib.Gaussian(sigma=r.sigma), steps=1, spacing=r.spacing).epsilon(1e-5)
     assert check.upper <= 150.0
     # and the closed form of one Gaussian step agrees (Balle and Wang 2018): delta(150) <= 1e-5
     from scipy.special import log_ndtr

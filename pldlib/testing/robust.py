@@ -36,7 +36,7 @@ import numpy as np
 
 RELATIONS = ("add", "remove", "add_remove", "substitution")
 MEM_CAP = 2 * 2**30
-TIME_LIMIT = 20.0
+TIME_LIMIT = 12.0  # (the accountants' default time budget is 10 s; a second of margin and process overhead)
 #: the explicit-interval family runs under the cap of issue 39 (3 GB)
 MEM_CAP_EXPLICIT = 3 * 2**30
 #: the explicit-interval family's time limit is this many times TIME_LIMIT (no time budget applies)
@@ -62,7 +62,7 @@ FAMILIES = {
           "eps0 (robust_truths.rr_delta)",
     "tradeoff": "max_tpr of one subsampled Gaussian step: exact Neyman-Pearson power (closed form / "
                 "mpmath bisection; robust_truths.np_power)",
-    "explicit": "explicit interval under a 3 GB cap: an answer or GridTooLargeError, never MemoryError; "
+    "explicit": "explicit spacing under a 3 GB cap: an answer or GridTooLargeError, never MemoryError; "
                 "one Poisson step against its closed form (robust_truths.poisson_gauss_delta1), eps < 0 "
                 "against the identity",
 }
@@ -314,10 +314,10 @@ def _classify(e):
         return "unsupported", name
     if type(e) is MemoryError:
         return "oom", name
-    if type(e) is ValueError and str(e).startswith("interval: "):
+    if type(e) is ValueError and str(e).startswith("spacing: "):
         # an explicit spacing the pair cannot use (wider than its whole loss range): the
         # argument check's one-line error, naming the argument and a usable value
-        return "refused", "ValueError (interval argument)"
+        return "refused", "ValueError (spacing argument)"
     return "error", name
 
 
@@ -510,6 +510,49 @@ def rel_width(rec):
     return (up - lo) / max(abs(up), 1e-300 if rec["case"]["query"][0] == "delta" else 1e-3)
 
 
+def width_cause(rec) -> str:
+    """Why an answer is wider than 1% (the first that applies): the method's own accuracy (prv,
+    spa), the budgets (accuracy-limited), an explicit spacing, random allocation's proven gap, a
+    delta answer below 1e-10 (the truncated tails' 1e-32-scale mass), eps at delta < 1e-12, eps < 0.1
+    (relative to a small answer), otherwise "other"."""
+    c = rec["case"]
+    what, x = c["query"]
+    if c.get("method", "pld") != "pld":
+        return f"method {c['method']} (its own accuracy)"
+    if c.get("spacing"):
+        return "explicit spacing (the user's accuracy)"
+    if rec.get("limited"):
+        return "accuracy-limited (memory or time budget)"
+    if c.get("family") == "allocation" or any(s.get("kind") == "alloc" for s, _ in c["steps"]):
+        return "random allocation (gap between its proven bounds)"
+    if what == "delta" and rec["upper"] < 1e-10:
+        return "delta < 1e-10 (truncated tails)"
+    if what == "epsilon" and x < 1e-12:
+        return "epsilon at delta < 1e-12"
+    if what == "epsilon" and abs(rec["upper"]) < 0.1:
+        return "epsilon < 0.1"
+    return "other"
+
+
+def width_breakdown(records) -> list:
+    """Markdown lines: answers wider than 1% by :func:`width_cause`, and the share over the
+    two-sided answers (pld, prv, spa) and over pld's alone."""
+    from collections import Counter
+
+    two = [r for r in records if r["status"] == "ok" and r["case"].get("method", "pld") in ("pld", "prv", "spa")]
+    ws = [(w, r) for w, r in ((rel_width(r), r) for r in two) if not math.isnan(w)]
+    wide = [r for w, r in ws if w > 0.01]
+    pld = [(w, r) for w, r in ws if r["case"].get("method", "pld") == "pld"]
+    pld_wide = sum(w > 0.01 for w, _ in pld)
+    lines = ["Answers wider than 1% (relative width as in the families table; two-sided methods pld, prv, spa): "
+             f"{len(wide)} of {len(ws)} ({100 * len(wide) / max(len(ws), 1):.1f}%); pld alone: {pld_wide} of "
+             f"{len(pld)} ({100 * pld_wide / max(len(pld), 1):.1f}%).", "", "| why wider than 1% | answers |",
+             "|---|---|"]
+    for k, v in Counter(width_cause(r) for r in wide).most_common():
+        lines.append(f"| {k} | {v} |")
+    return lines
+
+
 def run(n, seed, workers=2, time_limit=TIME_LIMIT, progress=None, families=("mixed",)):
     cases = make_cases(n, seed, families)
     import pldlib  # noqa: F401  (imported once, inherited by every fork)
@@ -553,7 +596,7 @@ def report(records, title, cmd):
              f"- cases: {len(records)}",
              f"- answered: {cnt['ok']} (of which accuracy-limited by the memory budget: {limited})",
              f"- refused with a documented error (PrecisionLimitError, GridTooLargeError; "
-             f"UnsupportedEventError where a method cannot take the event; the interval argument's "
+             f"UnsupportedEventError where a method cannot take the event; the spacing argument's "
              f"error where an explicit spacing exceeds the pair's loss range): {cnt['refused'] + cnt['unsupported']}",
              f"- unsound: {cnt['unsound']} (upper end below the truth: {flg['unsound upper']}, lower end above "
              f"it: {flg['unsound lower']}, lower > upper or NaN: {flg['lower>upper']})",
@@ -574,6 +617,7 @@ def report(records, title, cmd):
         lines.append(f"| {r['seconds']:.2f} | {r['peak_mb']:.0f} | {r['status']} | {iv} | {describe(r['case'])} |")
     if any(r["case"].get("family", "mixed") != "mixed" for r in records):
         lines += ["", *family_table(records)]
+    lines += ["", *width_breakdown(records)]
     bad = [r for r in records if r["status"] in ("unsound", "error", "oom", "crash", "timeout")]
     if bad:
         lines += ["", "Failures:", ""]
