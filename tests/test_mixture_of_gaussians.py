@@ -151,3 +151,34 @@ def test_dp_accounting_drop_in_accepts_mixtures_and_agrees_with_dp_accounting():
     b.compose(D.PoissonSampledDpEvent(0.02, D.GaussianDpEvent(2.0)), 1000)
     assert a.get_epsilon(1e-5) == b.get_epsilon(1e-5)
     assert math.isfinite(a.get_epsilon(1e-5))
+
+
+def test_monte_carlo_bernstein_interval_covers_a_closed_form():
+    # the Monte Carlo routine itself, against the Gaussian closed form (k unsampled steps of sigma:
+    # one Gaussian of sigma / sqrt(k)): its empirical Bernstein interval must hold the truth
+    from scipy.stats import norm
+
+    from pldlib.testing.montecarlo import events_delta_interval
+
+    sigma, k, eps = 2.0, 8, np.array([0.0, 0.5, 1.0, 2.0])
+    mu = math.sqrt(k) / sigma
+    truth = norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+    mc = events_delta_interval("add_remove", [(E.GaussianEvent(sigma), k)], eps, n_samples=400_000, seed=7,
+                               bound="bernstein")
+    assert np.all(mc.lower <= truth) and np.all(truth <= mc.upper)
+    hoeff = events_delta_interval("add_remove", [(E.GaussianEvent(sigma), k)], eps, n_samples=400_000, seed=7)
+    assert np.all(mc.upper - mc.lower <= hoeff.upper - hoeff.lower)  # (narrower where delta is small)
+
+
+@pytest.mark.parametrize("b,p,sigma", [(2, 0.05, 0.8), (4, 0.1, 1.5), (3, 0.02, 1.0)])
+def test_bandmf_shaped_mixtures_agree_with_monte_carlo(b, p, sigma):
+    # mixtures of banded-matrix shape (benchmarks/correlated_mc.py, where 12 shapes run at 10^7
+    # samples): the certified interval overlaps a seeded Monte Carlo interval (confidence 0.999)
+    from pldlib.methods.pld import PLDAccountant
+    from pldlib.testing.montecarlo import banded_mixture, events_delta_interval
+
+    ev = banded_mixture(b, 0.5, p, sigma)
+    eps = np.array([0.0, 0.25, 0.5, 1.0])
+    iv = PLDAccountant("add_remove").compose(ev, 10).delta(eps)
+    mc = events_delta_interval("add_remove", [(ev, 10)], eps, n_samples=200_000, seed=b, bound="bernstein")
+    assert np.all(iv.upper >= mc.lower) and np.all(iv.lower <= mc.upper), (iv, mc)

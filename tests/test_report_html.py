@@ -92,7 +92,7 @@ class Page(HTMLParser):
 def built(request, tmp_path):
     """(folder copy, path returned by write_html, page text, parsed page) for one real report folder."""
     d = tmp_path / request.param
-    shutil.copytree(CAMPAIGNS / request.param, d)
+    shutil.copytree(CAMPAIGNS / request.param, d, ignore=shutil.ignore_patterns("REPORT.html"))
     out = write_html(d)
     text = Path(out).read_text(encoding="utf-8")
     page = Page()
@@ -165,7 +165,7 @@ def test_parses_with_balanced_tags(built):
 
 
 def test_numbers_right_aligned(tmp_path):
-    shutil.copytree(CAMPAIGNS / "campaign_dpsgd", tmp_path / "r")
+    shutil.copytree(CAMPAIGNS / "campaign_dpsgd", tmp_path / "r", ignore=shutil.ignore_patterns("REPORT.html"))
     page = Page()
     page.feed(Path(write_html(tmp_path / "r")).read_text())
     by_text = {}
@@ -180,7 +180,7 @@ def test_numbers_right_aligned(tmp_path):
 
 
 def test_title_argument_escaped(tmp_path):
-    shutil.copytree(CAMPAIGNS / "campaign_dpsgd", tmp_path / "r")
+    shutil.copytree(CAMPAIGNS / "campaign_dpsgd", tmp_path / "r", ignore=shutil.ignore_patterns("REPORT.html"))
     text = Path(write_html(tmp_path / "r", title="A <b> & c")).read_text()
     assert "<title>A &lt;b&gt; &amp; c</title>" in text
     assert "<h1>A &lt;b&gt; &amp; c</h1>" in text
@@ -194,7 +194,7 @@ def test_missing_report(tmp_path):
 
 def test_missing_plot_named(tmp_path):
     d = tmp_path / "r"
-    shutil.copytree(CAMPAIGNS / "campaign_dpsgd", d)
+    shutil.copytree(CAMPAIGNS / "campaign_dpsgd", d, ignore=shutil.ignore_patterns("REPORT.html"))
     (d / "overshoot.png").unlink()
     with pytest.raises(FileNotFoundError, match="overshoot.png"):
         write_html(d)
