@@ -34,6 +34,7 @@ from .events import (
     RandomizedResponseEvent,
     Sampled,
     SelfComposed,
+    ZCDPEvent,
 )
 from .mechanisms import ApproxDP, Custom, DiscreteLaplace, Gaussian, Laplace, LatticeNoise, Mechanism, RandomizedResponse
 from .methods import Accountant, Interval, UnsupportedEventError, make_accountant, method_names
@@ -91,7 +92,7 @@ __all__ = [
     "make_accountant", "method_names", "Interval",
     "calibrate", "CalibrationResult", "get_noise_multiplier",
     "PrecisionLimitError", "GridTooLargeError", "UnsupportedEventError",
-    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent",
+    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent", "ZCDPEvent",
     "MixtureOfGaussiansEvent", "Sampled", "SelfComposed", "Composed", "NoOp",
     "Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "DiscreteLaplaceEvent", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",

@@ -40,7 +40,8 @@ from . import _validate as V
 
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "ApproxDPEvent",
-    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "Sampled", "SelfComposed",
+    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "ZCDPEvent", "Sampled",
+    "SelfComposed",
     "Composed", "NoOp",
     "flatten", "is_step",
 ]
@@ -174,6 +175,21 @@ class ApproxDPEvent(BaseEvent):
     def __post_init__(self):
         object.__setattr__(self, "eps0", V.nonnegative_finite("eps0", self.eps0))
         object.__setattr__(self, "delta0", V.probability_closed_open("delta0", self.delta0))
+
+
+@dataclass(frozen=True, repr=False)
+class ZCDPEvent(BaseEvent):
+    """A mechanism known only by a zero-concentrated DP guarantee: Renyi divergences
+    D_alpha <= xi + rho alpha for every alpha > 1 (Bun and Steinke 2016).  It has no single
+    privacy-loss distribution, so only Renyi accounting takes it (``method="rdp"``: an upper bound
+    through the RDP-to-(eps, delta) conversion, docs/MATH.md 8.1)."""
+
+    rho: float
+    xi: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "rho", V.nonnegative_finite("rho", self.rho))
+        object.__setattr__(self, "xi", V.nonnegative_finite("xi", self.xi))
 
 
 @dataclass(frozen=True, repr=False)

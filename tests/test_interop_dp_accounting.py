@@ -263,7 +263,7 @@ def test_special_events_and_refusals():
     for ev, words in [
         (D.SampledWithReplacementDpEvent(100, 10, D.GaussianDpEvent(1.0)), "no pldlib counterpart"),
         (D.UnsupportedDpEvent(), "no pldlib counterpart"),
-        (D.ZCDpEvent(0.1), "no pldlib counterpart"),
+        (D.ZCDpEvent(0.1), "method=.rdp."),  # (accepted by method="rdp": tests/test_zcdp.py)
         (D.RandomizedResponseDpEvent(0.5, 2), "REPLACE_ONE or REPLACE_SPECIAL"),
         (D.PoissonSampledDpEvent(0.1, D.RandomizedResponseDpEvent(0.5, 2)), "must be Gaussian, Laplace"),
     ]:
@@ -339,3 +339,27 @@ def test_import_pldlib_imports_no_adapter():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_single_epoch_tree_aggregation_is_a_gaussian_of_sensitivity_sqrt_depth():
+    # closed form: depth = ceil(log2(T + 1)) nodes per record, noise sigma per node: the Gaussian
+    # mechanism with mu = sqrt(depth) / sigma per epoch, composed over the epochs
+    ev = D.SingleEpochTreeAggregationDpEvent(2.0, [1000, 500])
+    ours = PldlibAccountant(NR.REPLACE_SPECIAL)
+    ours.compose(ev, 3)
+    mu = math.sqrt(3 * math.ceil(math.log2(1001))) / 2.0
+    iv = ours.epsilon_interval(DELTA)
+    for e, side in ((iv.lower, "lower"), (iv.upper, "upper")):
+        d = special.ndtr(-e / mu + mu / 2) - math.exp(e + special.log_ndtr(-e / mu - mu / 2))
+        assert (d >= DELTA * (1 - 1e-9)) if side == "lower" else (d <= DELTA * (1 + 1e-9)), (side, e, d)
+    rdp = dpa_rdp.RdpAccountant(neighboring_relation=NR.REPLACE_SPECIAL)
+    rdp.compose(ev, 3)
+    assert iv.upper <= rdp.get_epsilon(DELTA)  # (RDP: a looser upper bound of the same mechanism)
+    # a single tree of T = 1 step is one Gaussian step
+    one = PldlibAccountant(NR.REPLACE_SPECIAL).compose(D.SingleEpochTreeAggregationDpEvent(1.5, 1))
+    ref = PldlibAccountant(NR.REPLACE_SPECIAL).compose(D.GaussianDpEvent(1.5))
+    assert one.get_epsilon(DELTA) == ref.get_epsilon(DELTA)
+    with pytest.raises(PA.UnsupportedEventError, match="REPLACE_SPECIAL only"):
+        PldlibAccountant().compose(ev)
+    assert PldlibAccountant(NR.REPLACE_SPECIAL).compose(D.SingleEpochTreeAggregationDpEvent(0.0, 10)) \
+        .get_epsilon(DELTA) == math.inf

@@ -130,6 +130,34 @@ def _rr_event(ev, rel):
     return E.ProfileEvent(rem, rem.reversed())
 
 
+def _tree_event(ev, rel):
+    """Tree aggregation over one epoch (Kairouz et al. 2021, appendix D): trees restarted, each
+    record in one tree; a record's gradient enters ceil(log2(T + 1)) node sums of its tree (T: the
+    largest tree), each by at most the clipping norm, so the released node sums move by at most
+    sqrt(depth) in L2 when the record is replaced by the special one: a Gaussian mechanism with
+    sensitivity sqrt(depth) (docs/MATH.md 14).  Only under REPLACE_SPECIAL: adding or removing a
+    record shifts the later records' places in the stream."""
+    if rel != NR.REPLACE_SPECIAL:
+        raise _Refused(ev, "tree aggregation is accounted under REPLACE_SPECIAL only (adding or removing a record "
+                           "moves every later record to another leaf)")
+    counts = [ev.step_counts] if np.isscalar(ev.step_counts) else list(ev.step_counts)
+    try:
+        counts = [V.int_at_least("step_counts", c, 0) for c in counts]
+    except (TypeError, ValueError) as e:
+        raise _Refused(ev, str(e)) from None
+    if not counts or max(counts) == 0:
+        raise _Refused(ev, "step_counts must hold at least one positive number of steps")
+    if ev.noise_multiplier == 0:
+        return NON_PRIVATE
+    depth = math.ceil(math.log2(max(counts) + 1))
+    try:
+        # (noise std sigma x the clipping norm on every node: noise multiplier sigma / sqrt(depth) of
+        # the whole release, whose sensitivity is sqrt(depth) clipping norms)
+        return E.GaussianEvent(ev.noise_multiplier / math.sqrt(depth))
+    except (TypeError, ValueError) as e:
+        raise _Refused(ev, f"noise_multiplier: {e}") from None
+
+
 def _convert(ev, rel):
     """pldlib event (or NON_PRIVATE) of a DpEvent under dp_accounting relation ``rel``;
     raises _Refused naming the offending sub-event."""
@@ -155,6 +183,13 @@ def _convert(ev, rel):
             raise _Refused(ev, str(e)) from None
     if isinstance(ev, D.RandomizedResponseDpEvent):
         return _rr_event(ev, rel)
+    if isinstance(ev, D.SingleEpochTreeAggregationDpEvent):
+        return _tree_event(ev, rel)
+    if isinstance(ev, D.ZCDpEvent):  # (taken as stated for the accountant's relation; method "rdp" takes it)
+        try:
+            return E.ZCDPEvent(ev.rho, ev.xi)
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, str(e)) from None
     if isinstance(ev, D.MixtureOfGaussiansDpEvent):
         if rel == NR.REPLACE_ONE:
             raise _Refused(ev, "a mixture of Gaussians is accounted under ADD_OR_REMOVE_ONE and REPLACE_SPECIAL "

@@ -70,6 +70,9 @@ def maths_of(event) -> MechanismMaths:
     for cls in type(event).__mro__:
         if cls in _MATHS:
             return _MATHS[cls]
+    if isinstance(event, E.ZCDPEvent):
+        raise UnsupportedEventError("a zCDP guarantee bounds Renyi divergences only and has no privacy-loss "
+                                    "distribution; account it with method='rdp' (an upper bound)")
     raise UnsupportedEventError(f"no privacy profile is registered for {type(event).__name__}")
 
 
