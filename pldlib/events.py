@@ -40,7 +40,8 @@ from . import _validate as V
 
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "ApproxDPEvent",
-    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "ZCDPEvent", "Sampled",
+    "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "ZCDPEvent",
+    "RepeatAndSelectEvent", "Sampled",
     "SelfComposed",
     "Composed", "NoOp",
     "flatten", "is_step",
@@ -190,6 +191,31 @@ class ZCDPEvent(BaseEvent):
     def __post_init__(self):
         object.__setattr__(self, "rho", V.nonnegative_finite("rho", self.rho))
         object.__setattr__(self, "xi", V.nonnegative_finite("xi", self.xi))
+
+
+@dataclass(frozen=True, repr=False)
+class RepeatAndSelectEvent(BaseEvent):
+    """``event`` run a random number K of times, only the best run's output released (private
+    hyperparameter selection; Papernot and Steinke 2022).  K is Poisson (``shape=inf``) or truncated
+    negative binomial with shape ``shape`` >= 0 (0: logarithmic, 1: geometric), of mean ``mean`` >= 1.
+    Accounted by Renyi DP only (``method="rdp"``: an upper bound, docs/MATH.md 8.1)."""
+
+    event: Event
+    mean: float
+    shape: float = math.inf
+
+    def __post_init__(self):
+        if not isinstance(self.event, Event):
+            raise TypeError(f"event: a pldlib event, got {type(self.event).__name__}")
+        mean = V.finite("mean", self.mean)
+        if mean < 1:
+            raise ValueError(f"mean: the mean number of runs must be >= 1, got {V.fmt(mean)}")
+        shape = float(self.shape) if isinstance(self.shape, (int, float)) and not isinstance(self.shape, bool) \
+            else self.shape
+        if not isinstance(shape, float) or math.isnan(shape) or shape < 0:
+            raise ValueError(f"shape: must be >= 0 (inf: Poisson), got {V.fmt(self.shape)}")
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "shape", shape)
 
 
 @dataclass(frozen=True, repr=False)

@@ -185,6 +185,14 @@ def _convert(ev, rel):
         return _rr_event(ev, rel)
     if isinstance(ev, D.SingleEpochTreeAggregationDpEvent):
         return _tree_event(ev, rel)
+    if isinstance(ev, D.RepeatAndSelectDpEvent):
+        inner = _convert(ev.event, rel)
+        if inner is NON_PRIVATE:
+            return NON_PRIVATE
+        try:
+            return E.RepeatAndSelectEvent(inner, ev.mean, ev.shape)
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, str(e)) from None
     if isinstance(ev, D.ZCDpEvent):  # (taken as stated for the accountant's relation; method "rdp" takes it)
         try:
             return E.ZCDPEvent(ev.rho, ev.xi)

@@ -37,7 +37,7 @@ from scipy import special
 
 from .. import _validate as V
 from .. import events as E
-from .base import Accountant, Interval, UnsupportedEventError, components_of
+from .base import Accountant, Interval, Step, UnsupportedEventError, components_of
 
 __all__ = ["account_rdp", "RDPAccountant", "GaussianFormulaAccountant", "RDP_ORDERS", "FRACTIONAL_ORDERS", "rdp_single_step",
            "gaussian_params"]
@@ -137,6 +137,14 @@ class RDPAccountant(GaussianFormulaAccountant):
     def _unsupported(self, step):
         if isinstance(step.base, E.ZCDPEvent):
             return _zcdp_unsupported(step)
+        if isinstance(step.base, E.RepeatAndSelectEvent):
+            if step.sampling != "none" or step.group > 1:
+                return "the best of several runs has no formula for subsampling or grouping here"
+            for ev, _k in E.flatten(step.base.event):
+                why = self._unsupported(Step(ev, step.relation))
+                if why:
+                    return f"its repeated event: {why}"
+            return None
         return super()._unsupported(step)
 
     def _linear(self, m) -> tuple[float, float] | None:
@@ -155,14 +163,19 @@ class RDPAccountant(GaussianFormulaAccountant):
         # (the conversion holds at every order: more orders only tighten the minimum)
         self._orders = np.concatenate([FRACTIONAL_ORDERS, self.orders]) if default and all(
             x is not None for x in lin) else self.orders
-        self._per_step = []
-        for (m, k), xr in zip(self.components, lin):
-            if xr is not None:  # D_alpha <= xi + rho alpha (docs/MATH.md 8.1)
-                self._per_step.append((xr[0] + xr[1] * self._orders, k))
-                continue
-            sigma, q = gaussian_params(m, "rdp")
-            self._per_step.append((rdp_single_step(sigma, q, self._orders), k))
+        self._per_step = [(self._curve(m, xr), k) for (m, k), xr in zip(self.components, lin)]
         self.rdp = sum(k * r for r, k in self._per_step)
+
+    def _curve(self, m, lin=None) -> np.ndarray:
+        """One step's Renyi curve at ``self._orders``."""
+        if lin is not None:  # D_alpha <= xi + rho alpha (docs/MATH.md 8.1)
+            return lin[0] + lin[1] * self._orders
+        if isinstance(m.base, E.RepeatAndSelectEvent):
+            inner = sum(k * self._curve(s, self._linear(s)) for s, k in
+                        ((Step(ev, m.relation), k) for ev, k in E.flatten(m.base.event)))
+            return repeat_and_select_rdp(self._orders, inner, m.base.mean, m.base.shape)
+        sigma, q = gaussian_params(m, "rdp")
+        return rdp_single_step(sigma, q, self._orders)
 
     def _eps(self, rdp, deltas):
         a = self._orders
@@ -200,6 +213,56 @@ class RDPAccountant(GaussianFormulaAccountant):
         deltas = V.delta_array("delta", deltas)
         e = np.stack([self._eps(k * r1, deltas) for k in steps])
         return np.full_like(e, np.nan), e, e
+
+
+def _tnb_gamma(shape: float, mean: float) -> float:
+    """gamma in (0, 1] of the truncated negative binomial of shape ``shape`` with mean ``mean``:
+    E[K] = shape (1 - gamma) / (gamma (1 - gamma^shape)) (shape 0: (1 - gamma) / (gamma ln(1/gamma))),
+    decreasing in gamma from +inf to 1; solved by bisection on ln gamma."""
+    def mean_of(g):
+        if shape == 0:
+            return (1 - g) / (g * -math.log(g))
+        return shape * (1 - g) / (g * -math.expm1(shape * math.log(g)))
+
+    if mean <= 1.0:
+        return 1.0
+    lo, hi = -1.0, -1e-12  # ln gamma
+    while mean_of(math.exp(lo)) < mean:
+        lo *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mean_of(math.exp(mid)) > mean:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(lo)  # (the smaller gamma: its mean is >= the given one, the safe side)
+
+
+def repeat_and_select_rdp(orders, rdp, mean: float, shape: float) -> np.ndarray:
+    """Renyi curve of the best of K runs of a mechanism with curve ``rdp`` at ``orders``
+    (Papernot and Steinke 2022; docs/MATH.md 8.1): K Poisson of mean mu (shape inf, Theorem 6):
+    eps'(l) = eps(l) + mu delta_hat + ln(mu) / (l - 1), delta_hat the conversion's delta at
+    eps_hat = ln(l / (l - 1)); K truncated negative binomial (Theorem 2): eps'(l) = eps(l) +
+    ln(mu) / (l - 1) + (1 + shape) min_j [(1 - 1/l_j) eps(l_j) + ln(1/gamma) / l_j], then the
+    smallest value at any order >= l (Renyi divergences do not decrease with the order).
+    A mean of exactly 1 is a single run: the curve itself.  An upper bound."""
+    a = np.asarray(orders, dtype=float)
+    r = np.asarray(rdp, dtype=float)
+    if mean == 1.0:
+        return r.copy()
+    if shape == math.inf:
+        eps_hat = np.log(a / (a - 1.0))
+        ld = (a[None, :] - 1.0) * (r[None, :] - eps_hat[:, None] + np.log1p(-1.0 / a)[None, :]) - np.log(a)[None, :]
+        delta_hat = np.minimum(np.exp(ld.min(axis=1)), 1.0)
+        return r + mean * delta_hat + math.log(mean) / (a - 1.0)
+    gamma = _tnb_gamma(shape, mean)
+    c = (1.0 + shape) * float(np.min((1.0 - 1.0 / a) * r - math.log(gamma) / a))
+    out = r + math.log(mean) / (a - 1.0) + c
+    order = np.argsort(a)
+    suffix = np.minimum.accumulate(out[order][::-1])[::-1]
+    res = np.empty_like(out)
+    res[order] = suffix
+    return res
 
 
 def _zcdp_unsupported(step) -> str | None:

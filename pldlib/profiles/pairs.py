@@ -73,6 +73,9 @@ def maths_of(event) -> MechanismMaths:
     if isinstance(event, E.ZCDPEvent):
         raise UnsupportedEventError("a zCDP guarantee bounds Renyi divergences only and has no privacy-loss "
                                     "distribution; account it with method='rdp' (an upper bound)")
+    if isinstance(event, E.RepeatAndSelectEvent):
+        raise UnsupportedEventError("the best of a random number of runs is bounded in Renyi DP only here; "
+                                    "account it with method='rdp' (an upper bound)")
     raise UnsupportedEventError(f"no privacy profile is registered for {type(event).__name__}")
 
 
