@@ -34,6 +34,7 @@ from .events import (
     RandomizedResponseEvent,
     RepeatAndSelectEvent,
     Sampled,
+    TruncatedPoissonGaussianEvent,
     SelfComposed,
     ZCDPEvent,
 )
@@ -93,7 +94,7 @@ __all__ = [
     "make_accountant", "method_names", "Interval",
     "calibrate", "CalibrationResult", "get_noise_multiplier",
     "PrecisionLimitError", "GridTooLargeError", "UnsupportedEventError",
-    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent", "ZCDPEvent", "RepeatAndSelectEvent",
+    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent", "ZCDPEvent", "RepeatAndSelectEvent", "TruncatedPoissonGaussianEvent",
     "MixtureOfGaussiansEvent", "Sampled", "SelfComposed", "Composed", "NoOp",
     "Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "DiscreteLaplaceEvent", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",

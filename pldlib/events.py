@@ -41,7 +41,7 @@ from . import _validate as V
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "ApproxDPEvent",
     "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "ZCDPEvent",
-    "RepeatAndSelectEvent", "Sampled",
+    "RepeatAndSelectEvent", "TruncatedPoissonGaussianEvent", "Sampled",
     "SelfComposed",
     "Composed", "NoOp",
     "flatten", "is_step",
@@ -191,6 +191,37 @@ class ZCDPEvent(BaseEvent):
     def __post_init__(self):
         object.__setattr__(self, "rho", V.nonnegative_finite("rho", self.rho))
         object.__setattr__(self, "xi", V.nonnegative_finite("xi", self.xi))
+
+
+@dataclass(frozen=True, repr=False)
+class TruncatedPoissonGaussianEvent(BaseEvent):
+    """One DP-SGD step with a capped batch: each of ``dataset_size`` records is sampled with
+    probability ``q``, a batch larger than ``batch_size`` is cut to a uniformly random subset of
+    ``batch_size`` records, and Gaussian noise of multiplier ``sigma`` is added to the sum
+    (dp_accounting's TruncatedSubsampledGaussianDpEvent).  Dominating pair: docs/MATH.md 2.6."""
+
+    sigma: float
+    q: float
+    dataset_size: int
+    batch_size: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "sigma", V.positive_finite("sigma", self.sigma))
+        object.__setattr__(self, "q", V.sampling_rate("q", self.q))
+        object.__setattr__(self, "dataset_size", V.int_at_least("dataset_size", self.dataset_size, 1))
+        object.__setattr__(self, "batch_size", V.int_at_least("batch_size", self.batch_size, 1))
+
+    @property
+    def truncation_probability(self) -> float:
+        """t = P(Bin(dataset_size - 1, q) >= batch_size): the other records alone fill the batch."""
+        from scipy import stats
+
+        return float(stats.binom.sf(self.batch_size - 1, self.dataset_size - 1, self.q))
+
+    @property
+    def truncated_rate(self) -> float:
+        """q B / (B + 1): the largest chance that the record is in a cut batch (given M >= B others)."""
+        return self.q * self.batch_size / (self.batch_size + 1)
 
 
 @dataclass(frozen=True, repr=False)

@@ -185,6 +185,18 @@ def _convert(ev, rel):
         return _rr_event(ev, rel)
     if isinstance(ev, D.SingleEpochTreeAggregationDpEvent):
         return _tree_event(ev, rel)
+    if isinstance(ev, D.TruncatedSubsampledGaussianDpEvent):
+        if rel != NR.ADD_OR_REMOVE_ONE:
+            raise _Refused(ev, "truncated Poisson sampling is accounted under ADD_OR_REMOVE_ONE only here")
+        if ev.sampling_probability == 0 or ev.truncated_batch_size == 0 or ev.dataset_size == 0:
+            return E.NoOp()
+        if ev.noise_multiplier == 0:
+            return NON_PRIVATE
+        try:
+            return E.TruncatedPoissonGaussianEvent(ev.noise_multiplier, ev.sampling_probability, ev.dataset_size,
+                                                   ev.truncated_batch_size)
+        except (TypeError, ValueError) as e:
+            raise _Refused(ev, str(e)) from None
     if isinstance(ev, D.RepeatAndSelectDpEvent):
         inner = _convert(ev.event, rel)
         if inner is NON_PRIVATE:

@@ -821,3 +821,64 @@ def finite_pair(P: np.ndarray, Q: np.ndarray) -> FiniteProfile:
     if not both.any():
         return FiniteProfile([0.0], [0.0], p_inf=1.0)
     return FiniteProfile(np.log(P[both] / Q[both]), P[both], p_inf=p_inf)
+
+
+class DisjointMixtureProfile(PrivacyProfile):
+    """The pair that draws branch i with probability w_i and reveals it: P = sum_i w_i (i, P_i),
+    Q = sum_i w_i (i, Q_i).  Its loss law under P is the w-mixture of the branches' laws and its
+    curve is sum_i w_i delta_i(eps).  It dominates any pair P' = sum_i w_i P_i, Q' = sum_i w_i Q_i
+    that mixes the branches with the same weights without revealing the branch (forgetting the
+    branch is post-processing; docs/MATH.md 2.6)."""
+
+    def __init__(self, parts, weights):
+        self.parts = list(parts)
+        w = np.asarray(weights, dtype=float)
+        if len(self.parts) != w.size or w.size == 0 or np.any(w < 0) or abs(w.sum() - 1.0) > 1e-12:
+            raise ValueError("weights: one weight >= 0 per branch, summing to 1")
+        self.w = w
+        self.p_inf = float(sum(wi * p.p_inf for wi, p in zip(w, self.parts)))
+        self.atomless = all(getattr(p, "atomless", False) for p in self.parts)
+
+    def _sum(self, name, eps):
+        eps = _as_array(eps)
+        return sum(wi * getattr(p, name)(eps) for wi, p in zip(self.w, self.parts))
+
+    def sf_p(self, eps):
+        return self._sum("sf_p", eps)
+
+    def cdf_p(self, eps):
+        return self._sum("cdf_p", eps)
+
+    def sf_q(self, eps):
+        return self._sum("sf_q", eps)
+
+    def cdf_q(self, eps):
+        return self._sum("cdf_q", eps)
+
+    def delta(self, eps):
+        return np.clip(self._sum("delta", eps), 0.0, 1.0)
+
+    def reversed(self) -> "DisjointMixtureProfile":
+        return DisjointMixtureProfile([p.reversed() for p in self.parts], self.w)
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        # (each branch's ends leave at most ``tail`` of its mass outside: the mixture too)
+        ends = [p.eps_bounds(tail) for p in self.parts]
+        return min(e[0] for e in ends), max(e[1] for e in ends)
+
+    def support_edges(self) -> tuple[float, float]:
+        ends = [p.support_edges() for p in self.parts]
+        return min(e[0] for e in ends), max(e[1] for e in ends)
+
+    def loss_sup(self) -> float:
+        return max(p.loss_sup() for wi, p in zip(self.w, self.parts) if wi > 0)
+
+    def sample_p(self, rng, n: int) -> np.ndarray:
+        """n samples of L under P (for Monte Carlo validation; the branches must sample too)."""
+        which = rng.choice(len(self.parts), size=n, p=self.w / self.w.sum())
+        out = np.empty(n)
+        for i, p in enumerate(self.parts):
+            k = int(np.sum(which == i))
+            if k:
+                out[which == i] = p.sample_p(rng, k)
+        return out

@@ -23,7 +23,8 @@ from typing import Callable, NamedTuple
 
 from .. import events as E
 from .base import PrivacyProfile, approx_dp_profile, randomized_response_profile, GaussianProfile, LaplaceProfile
-from .mixtures import GaussianNoise, LaplaceNoise, LatticeNoise, shift_mixture_remove
+from .mixtures import (DisjointMixtureProfile, GaussianNoise, LaplaceNoise, LatticeNoise, poisson_remove,
+                       shift_mixture_remove)
 
 __all__ = ["Branch", "MechanismMaths", "register", "maths_of", "family_of", "unsampled_branches",
            "UnsupportedEventError"]
@@ -144,14 +145,38 @@ def _mog_remove(e) -> PrivacyProfile:
     return shift_mixture_remove(GaussianNoise(e.sigma, max(e.sensitivities)), e.probabilities, e.sensitivities)
 
 
-def _mog_branches(e, relation: str) -> list[Branch]:
+def _remove_and_reverse(rem: PrivacyProfile, relation: str, what: str) -> list[Branch]:
+    """The branches of a step known by its remove pair ``rem`` (add: its reverse); substitution refused."""
     if relation == "substitution":
-        raise UnsupportedEventError("a mixture of Gaussians has dominating pairs for add and remove only (as in "
-                                    "dp_accounting); substitution is not supported")
-    rem = _mog_remove(e)
+        raise UnsupportedEventError(f"{what} has dominating pairs for add and remove only; substitution is not "
+                                    "supported")
     add = rem.reversed()
     return {"remove": [Branch("remove", rem, rem)], "add": [Branch("add", add, add)],
             "add_remove": [Branch("add", add, add), Branch("remove", rem, rem)]}[relation]
 
 
+def _mog_branches(e, relation: str) -> list[Branch]:
+    return _remove_and_reverse(_mog_remove(e), relation, "a mixture of Gaussians (as in dp_accounting)")
+
+
 register(E.MixtureOfGaussiansEvent, pair=lambda e, c: _mog_remove(e), symmetric=False, branches=_mog_branches)
+
+
+def _truncated_remove(e) -> PrivacyProfile:
+    """Remove pair of a truncated Poisson Gaussian step (docs/MATH.md 2.6): with probability 1 - t
+    the Poisson subsampled Gaussian (rate q, sensitivity 1), with probability t the Poisson one of
+    rate q B / (B + 1) and sensitivity 2, the branch revealed."""
+    t = e.truncation_probability
+    plain = poisson_remove(GaussianNoise(e.sigma, 1.0), e.q) if e.q < 1.0 else GaussianProfile(sigma=e.sigma)
+    if t <= 0.0:
+        return plain
+    cut = poisson_remove(GaussianNoise(e.sigma, 2.0), e.truncated_rate)
+    return DisjointMixtureProfile([plain, cut], [1.0 - t, t]) if t < 1.0 else cut
+
+
+def _truncated_branches(e, relation: str) -> list[Branch]:
+    return _remove_and_reverse(_truncated_remove(e), relation, "truncated Poisson sampling")
+
+
+register(E.TruncatedPoissonGaussianEvent, pair=lambda e, c: _truncated_remove(e), symmetric=False,
+         branches=_truncated_branches)
