@@ -198,7 +198,9 @@ class TruncatedPoissonGaussianEvent(BaseEvent):
     """One DP-SGD step with a capped batch: each of ``dataset_size`` records is sampled with
     probability ``q``, a batch larger than ``batch_size`` is cut to a uniformly random subset of
     ``batch_size`` records, and Gaussian noise of multiplier ``sigma`` is added to the sum
-    (dp_accounting's TruncatedSubsampledGaussianDpEvent).  Dominating pair: docs/MATH.md 2.6."""
+    (dp_accounting's TruncatedSubsampledGaussianDpEvent).  ``dataset_size`` counts the records of
+    the data set that holds the protected record (its neighbour has one fewer), as dp_accounting
+    counts them.  Dominating pair: docs/MATH.md 2.6."""
 
     sigma: float
     q: float
