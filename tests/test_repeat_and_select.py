@@ -44,8 +44,11 @@ def test_the_best_of_k_runs_matches_dp_accounting(shape, inner):
 def test_one_run_is_the_mechanism_and_more_runs_cost_more():
     inner = Sampled(GaussianEvent(1.0), 0.01)
     alone = make_accountant("rdp").compose(inner, 500).epsilon(1e-5).upper
-    once = make_accountant("rdp").compose(RepeatAndSelectEvent(pldlib.SelfComposed(inner, 500), 1.0), 1)
+    # (a geometric count of mean 1 is K = 1; a Poisson count of mean 1 is not a single run)
+    once = make_accountant("rdp").compose(RepeatAndSelectEvent(pldlib.SelfComposed(inner, 500), 1.0, 1.0), 1)
     assert once.epsilon(1e-5).upper == alone
+    poisson_one = make_accountant("rdp").compose(RepeatAndSelectEvent(pldlib.SelfComposed(inner, 500), 1.0), 1)
+    assert poisson_one.epsilon(1e-5).upper > alone
     eps = [make_accountant("rdp").compose(RepeatAndSelectEvent(pldlib.SelfComposed(inner, 500), m, s), 1)
            .epsilon(1e-5).upper for s in (math.inf, 1.0) for m in (2.0, 10.0, 100.0)]
     assert eps[0] < eps[1] < eps[2] and eps[3] < eps[4] < eps[5] and min(eps) > alone

@@ -245,16 +245,17 @@ def repeat_and_select_rdp(orders, rdp, mean: float, shape: float) -> np.ndarray:
     eps_hat = ln(l / (l - 1)); K truncated negative binomial (Theorem 2): eps'(l) = eps(l) +
     ln(mu) / (l - 1) + (1 + shape) min_j [(1 - 1/l_j) eps(l_j) + ln(1/gamma) / l_j], then the
     smallest value at any order >= l (Renyi divergences do not decrease with the order).
-    A mean of exactly 1 is a single run: the curve itself.  An upper bound."""
+    A truncated negative binomial of mean exactly 1 is a single run (K = 1): the curve itself; a
+    Poisson count of mean 1 is not (K may be 0 or several).  An upper bound."""
     a = np.asarray(orders, dtype=float)
     r = np.asarray(rdp, dtype=float)
-    if mean == 1.0:
-        return r.copy()
     if shape == math.inf:
         eps_hat = np.log(a / (a - 1.0))
         ld = (a[None, :] - 1.0) * (r[None, :] - eps_hat[:, None] + np.log1p(-1.0 / a)[None, :]) - np.log(a)[None, :]
         delta_hat = np.minimum(np.exp(ld.min(axis=1)), 1.0)
         return r + mean * delta_hat + math.log(mean) / (a - 1.0)
+    if mean == 1.0:
+        return r.copy()
     gamma = _tnb_gamma(shape, mean)
     c = (1.0 + shape) * float(np.min((1.0 - 1.0 / a) * r - math.log(gamma) / a))
     out = r + math.log(mean) / (a - 1.0) + c

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -148,19 +148,6 @@ def atlas_answer(query: Query, atlas=None) -> dict:
         out["note"] = f"outside the atlas: {e}"
     out["seconds"] = time.perf_counter() - t0
     return out
-
-
-@dataclass
-class Progress:
-    """Stages reported while an exact answer is computed (``report(stage)``)."""
-
-    report: object = None
-    stages: list = field(default_factory=list)
-
-    def __call__(self, stage: str) -> None:
-        self.stages.append(stage)
-        if self.report is not None:
-            self.report(stage)
 
 
 def exact_answer(query: Query, progress=None) -> dict:

@@ -87,10 +87,10 @@ def lookup(data: dict, epsilon: float, delta: float, q: float, steps: int, sampl
         return None
 
     def first_at_least(axis, x):
-        return next((i for i, a in enumerate(axis) if a >= x * (1 - 1e-12)), -1)
+        return next((i for i, a in enumerate(axis) if a >= x), -1)
 
     def last_at_most(axis, x):
-        return next((i for i in range(len(axis) - 1, -1, -1) if axis[i] <= x * (1 + 1e-12)), -1)
+        return next((i for i in range(len(axis) - 1, -1, -1) if axis[i] <= x), -1)
 
     iq, ik = first_at_least(t["q"], q), first_at_least(data["steps"], steps)
     idd, ie = last_at_most(data["delta"], delta), last_at_most(data["epsilon"], epsilon)

@@ -1,6 +1,6 @@
 """Exact answers computed in child processes: progress while they run, cancellable at any time.
 
-A job is one forked process running :func:`pldlib.web.compute.exact_answer`; it sends its
+A job is one process (forked from a fork server) running :func:`pldlib.web.compute.exact_answer`; it sends its
 stages and its result (or its error) through a queue.  Cancelling a job terminates its process,
 so a long composition stops at once, whatever it is doing.  Finished jobs are kept for
 :data:`KEEP_SECONDS` and at most :data:`MAX_JOBS` run at once.
@@ -58,7 +58,10 @@ class Jobs:
         self._jobs: dict[str, Job] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._ctx = mp.get_context("fork")
+        # (a fork server: children fork from a clean single-threaded process that has pldlib
+        # imported, not from the web server's threads, whose locks a plain fork could copy held)
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["pldlib", "pldlib.web.compute"])
         self.max_jobs = max_jobs
 
     def submit(self, query) -> Job:

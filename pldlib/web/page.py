@@ -256,8 +256,9 @@ function staticQuery(f) {
   const eps = check("epsilon", "epsilon", f.epsilon, "positive");
   return {q, steps, delta, epsilon: eps, sampling: f.sampling, relation: f.relation};
 }
-function firstAtLeast(axis, x) { for (let i = 0; i < axis.length; i++) if (axis[i] >= x * (1 - 1e-12)) return i; return -1; }
-function lastAtMost(axis, x) { for (let i = axis.length - 1; i >= 0; i--) if (axis[i] <= x * (1 + 1e-12)) return i; return -1; }
+// (exact comparisons: a cell a rounding error on the wrong side of the query would not be certified for it)
+function firstAtLeast(axis, x) { for (let i = 0; i < axis.length; i++) if (axis[i] >= x) return i; return -1; }
+function lastAtMost(axis, x) { for (let i = axis.length - 1; i >= 0; i--) if (axis[i] <= x) return i; return -1; }
 function staticLookup(Q) {
   const A = window.PLDLIB_ATLAS;
   const t = A.tables[Q.sampling + "/" + Q.relation];
