@@ -81,7 +81,10 @@ the tilted law degenerates to the upper end).  The quadrature is meant for
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import time
 from fractions import Fraction
 from typing import Sequence
 
@@ -110,6 +113,25 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(_GL_N)
 _LOG_2PI_HALF = 0.5 * math.log(2.0 * math.pi)
 #: nats below the maximum of the tilted integrand that the x-window keeps
 _WINDOW_NATS = 70.0
+
+
+class CGFDeadline(TimeoutError):
+    """Tabulating cumulants ran past the deadline of :func:`deadline` (the work is abandoned; no
+    answer depends on it)."""
+
+
+_DEADLINE: contextvars.ContextVar = contextvars.ContextVar("pldlib_cgf_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(at: float | None):
+    """Within the block, tabulating cumulants raises :class:`CGFDeadline` once
+    ``time.perf_counter()`` passes ``at`` (None: no deadline)."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 def _as_t(t) -> np.ndarray:
@@ -167,7 +189,10 @@ class StepCGF:
         t = _as_t(t)
         flat = t.ravel()
         out = np.empty((7, flat.size))
+        stop = _DEADLINE.get()  # (:func:`deadline`: past it, CGFDeadline)
         for i, ti in enumerate(flat):
+            if stop is not None and time.perf_counter() > stop:
+                raise CGFDeadline("the cumulant tables ran past their deadline")
             out[:, i] = self._cumulants_scalar(float(ti))
         return out.reshape((7,) + t.shape)
 
@@ -632,3 +657,48 @@ class ComposedCGF:
             v = k * c.cumulants(t)
             out = v if out is None else out + v
         return out
+
+
+def log_gmax(t):
+    """ln max_w psi_t(w) = -ln(1 + t) + t ln(t / (1 + t)) (docs/MATH.md 6.5)."""
+    t = np.asarray(t, float)
+    return -np.log1p(t) - t * np.log1p(1.0 / t)
+
+
+#: the tilts the quick Chernoff bound tries (8 per decade), before refining around the best
+CHERNOFF_T = np.geomspace(1e-3, 1e6, 73)
+
+
+def chernoff_log_delta(parts: Sequence[tuple[StepCGF, int]], eps, t=CHERNOFF_T) -> np.ndarray:
+    """ln of a certified upper bound on delta(eps) of the composition ``parts`` ((CGF, count) of
+    one branch, no +inf mass): Chernoff, delta(eps) <= e^{K(t) - t eps} g_max(t) for every t > 0
+    (docs/MATH.md 6.5), minimised over the tilts ``t`` and then over 8 tilts between the best one's
+    neighbours; widened by 1e-9 (|K| + t |eps|) + 1e-6 in the log for the quadratures' error.
+    +inf where no tilt gives a finite K."""
+    eps = np.atleast_1d(np.asarray(eps, float))
+    if any(c.p_inf > 0 for c, _ in parts):
+        raise ValueError("chernoff_log_delta: a step with +inf mass (recombine it first)")
+
+    def at(ts):
+        with np.errstate(over="ignore", invalid="ignore"):
+            K = sum(k * c.cumulants(ts)[0] for c, k in parts)
+            lg = K[None, :] - ts[None, :] * eps[:, None] + log_gmax(ts)[None, :]
+            lg = lg + 1e-9 * (np.abs(K)[None, :] + ts[None, :] * np.abs(eps)[:, None]) + 1e-6
+        return np.where(np.isfinite(lg), lg, np.inf)
+
+    t = np.asarray(t, float)
+    lg = at(t)
+    best = lg.min(axis=1)
+    for j in np.unique(np.argmin(lg, axis=1)):
+        fine = np.geomspace(t[max(j - 1, 0)], t[min(j + 1, t.size - 1)], 10)[1:-1]
+        best = np.minimum(best, at(fine).min(axis=1))
+    return best
+
+
+def chernoff_delta(parts, eps) -> np.ndarray:
+    """:func:`chernoff_log_delta` as a delta: a bound that underflows is the smallest positive
+    double (5e-324), never 0; at most 1."""
+    lg = chernoff_log_delta(parts, eps)
+    with np.errstate(under="ignore", over="ignore"):
+        d = np.minimum(np.exp(lg), 1.0)
+    return np.where(d > 0, d, 5e-324)

@@ -148,6 +148,7 @@ def _account_steps(relation, event, steps_list, *, spacing=None, max_bins=DEFAUL
     def make(k, start=None, h=None):
         acc = PLDAccountant(relation, spacing=h, **kw)
         acc._start = start
+        acc._sharpening = True  # (shared-spacing tables: each answer is the one at that spacing, unsharpened)
         acc.compose(event, k)
         acc._ensure_built()
         return acc
@@ -195,6 +196,21 @@ def _account_steps(relation, event, steps_list, *, spacing=None, max_bins=DEFAUL
     for i, k in enumerate(ks):
         out[i] = built[k]
     return out
+
+
+#: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
+SHARPEN_WIDTH = 0.01
+#: how much finer the grids asked again are (each only while its predicted time fits the budget)
+SHARPEN_FACTORS = (4, 16)
+#: delta answers (eps answers: deltas asked) below this also ask the saddle-point bounds
+SHARPEN_TINY = 1e-10
+#: the saddle-point bounds get at most this many seconds (their cumulant tables stop there), and
+#: are asked only while at least half of it is left of the time budget
+SHARPEN_SPA_SECONDS = 3.0
+#: the tilts the saddle-point bounds range over (beyond its default 1e4: tiny deltas need large tilts)
+SHARPEN_SPA_T_RANGE = (1e-5, 1e6)
+#: the saddle-point bounds give up this many seconds before the query's deadline
+SHARPEN_MARGIN = 0.5
 
 
 def _eps_floor(deltas: np.ndarray) -> np.ndarray:
@@ -411,6 +427,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         new.spacing = self.spacing
         new.setup_seconds = 0.0
         new._ceiling = None
+        new._sharpening = self.__dict__.get("_sharpening", False)
         new._built_keys = ("_labels", "tail", "_branches", "spacing", "setup_seconds", "_exact", "_pinf", "_eff",
                            "_ceiling", "accuracy_limited")
         return new
@@ -762,6 +779,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 inf = np.full(deltas.shape, np.inf)
                 return Interval(math.inf, math.inf) if scalar else Interval(inf, inf.copy())
         with self._clock():
+            t_start = time.perf_counter()
             self._ensure_built()
             if self._exact is not None:
                 lo, up = self._exact.epsilon_bounds(deltas)
@@ -769,6 +787,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 grid = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d))
                 lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
                                           lambda: grid.epsilon_bounds(deltas))
+                if not self._pinf[1] > 0:
+                    lo, up = self._sharpen("eps", deltas, lo, up, t_start)
         up = np.where(np.isnan(up), np.inf, up)  # no certificate: the trivial bound
         lo = np.where(np.isnan(lo), -np.inf, lo)
         ceiling = self._loss_ceiling()
@@ -779,6 +799,108 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
+
+    # -- sharpening wide answers (docs/MATH.md 5.9) -----------------------------------------
+    def _sharpen(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
+        """Narrow answers wider than SHARPEN_WIDTH (relative to the upper end; eps answers with a
+        floor of 1e-3) by asking again, and keeping the intersection of the certified intervals
+        (both contain the truth, so their intersection does):
+
+        * the same composition on grids SHARPEN_FACTORS times finer, while the time the first
+          answer took, scaled by the factor, fits what is left of the time budget (the spacing
+          rule aims at delta near 1e-5 and eps near 1; far from there a finer grid is cheap);
+        * at tiny scales (delta, or the delta asked, below SHARPEN_TINY) the saddle-point
+          accountant's certified Chernoff and Berry-Esseen bounds (docs/MATH.md 6.5), which carry
+          the tails analytically where the grid's floor (truncated tail mass) is above the truth.
+
+        Only automatic grids are sharpened (an explicit spacing is the user's accuracy), never
+        an accuracy-limited accountant, random allocation (its width is the gap between its
+        proven bounds) or an upper-only one."""
+        if (self.upper_only or not self._auto_grid() or self.accuracy_limited or not self._branches
+                or any(isinstance(m, EpochStep) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
+            return lo, up
+        lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
+
+        def wide():
+            with np.errstate(invalid="ignore"):
+                scale = np.maximum(np.abs(up), 1e-3) if kind == "eps" else np.abs(up)
+                return np.isfinite(lo) & np.isfinite(up) & ((up - lo) > SHARPEN_WIDTH * scale)
+
+        def merge(l2, u2, idx):
+            l2, u2 = np.asarray(l2, dtype=float), np.asarray(u2, dtype=float)
+            nl, nu = np.maximum(lo[idx], np.nan_to_num(l2, nan=-np.inf)), np.minimum(up[idx], np.nan_to_num(u2, nan=np.inf))
+            ok = nl <= nu  # (certified intervals always meet; never trade an answer for a crossing)
+            lo[idx[ok]], up[idx[ok]] = nl[ok], nu[ok]
+
+        if not wide().any():
+            return lo, up
+        from .cgf import deadline as cgf_deadline  # (scipy.optimize: imported only when needed)
+
+        deadline = self.__dict__.get("_deadline")
+        took = max(time.perf_counter() - t_start, 1e-3)
+        self._sharpening = True
+        try:
+            for f in SHARPEN_FACTORS:
+                idx = np.nonzero(wide())[0]
+                if idx.size == 0:
+                    return lo, up
+                left = math.inf if deadline is None else deadline - time.perf_counter()
+                if 2.0 * f * took > left - SHARPEN_MARGIN:
+                    break
+                t1 = time.perf_counter()
+                try:
+                    finer = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
+                                          memory_budget=self.memory_budget)
+                    finer._sharpening = True
+                    for s, k in self._steps:
+                        finer.compose(s.event, k)
+                    iv = finer.epsilon(x[idx]) if kind == "eps" else finer.delta(x[idx])
+                except (MemoryError, ArithmeticError, ValueError, PrecisionLimitError):
+                    break
+                took = max(took, (time.perf_counter() - t1) / f)
+                merge(iv.lower, iv.upper, idx)
+            small = (up < SHARPEN_TINY) if kind == "delta" else (x < SHARPEN_TINY)
+            idx = np.nonzero(wide() & small)[0]
+            if idx.size and kind == "delta":
+                try:  # the quick Chernoff bound first (one cumulant per tilt, about 80 tilts)
+                    stop = time.perf_counter() + SHARPEN_SPA_SECONDS
+                    with cgf_deadline(stop if deadline is None else min(stop, deadline - SHARPEN_MARGIN)):
+                        u2 = self._chernoff_delta(x[idx])
+                    merge(np.full(idx.size, -np.inf), u2, idx)
+                except (MemoryError, ArithmeticError, ValueError, NotImplementedError, TimeoutError):
+                    pass
+                idx = np.nonzero(wide() & (up < SHARPEN_TINY))[0]
+            left = math.inf if deadline is None else deadline - time.perf_counter()
+            if idx.size and left > SHARPEN_SPA_SECONDS / 2 + SHARPEN_MARGIN:
+                from .spa import SPAAccountant
+                try:  # (its cumulant tables stop short of the query's deadline: CGFDeadline)
+                    stop = time.perf_counter() + SHARPEN_SPA_SECONDS
+                    with cgf_deadline(stop if deadline is None else min(stop, deadline - SHARPEN_MARGIN)):
+                        spa = SPAAccountant(self.relation, on_edge="flag", t_range=SHARPEN_SPA_T_RANGE)
+                        for s, k in self._steps:
+                            spa.compose(s.event, k)
+                        iv = spa.epsilon(x[idx]) if kind == "eps" else spa.delta(x[idx])
+                except (MemoryError, ArithmeticError, ValueError, NotImplementedError, PrecisionLimitError,
+                        TimeoutError):
+                    return lo, up
+                merge(iv.lower, iv.upper, idx)
+        finally:
+            self._sharpening = False
+        return lo, up
+
+    def _chernoff_delta(self, eps: np.ndarray) -> np.ndarray:
+        """Certified upper bounds on delta(eps): the maximum over branches of the Chernoff bound of
+        each branch's composed CGF (:func:`pldlib.methods.cgf.chernoff_delta`, docs/MATH.md 6.5).
+        Raises NotImplementedError for steps without a CGF."""
+        from .cgf import chernoff_delta, mechanism_cgfs
+
+        per_comp = [mechanism_cgfs(m) for m, _ in self._eff]
+        out = np.zeros(eps.shape)
+        for label in branch_labels(per_comp):
+            parts = [(next((c for c in bl if c[0] == label), bl[0])[1], k)
+                     for bl, (_, k) in zip(per_comp, self._eff)]
+            out = np.maximum(out, chernoff_delta(parts, eps))
+        return out
 
     def _loss_ceiling(self, label: str | None = None) -> float:
         """A certified upper bound on every composed privacy loss of branch ``label`` (the sum
@@ -899,6 +1021,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
         with self._clock():
+            t_start = time.perf_counter()
             self._ensure_built()
             if self._exact is not None:
                 lo, up = self._exact.delta_bounds(eps)
@@ -906,6 +1029,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
                 lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "delta", eps,
                                           lambda: grid.delta_bounds(eps))
+                if not self._pinf[1] > 0:
+                    lo, up = self._sharpen("delta", eps, lo, up, t_start)
         up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound
         lo = np.where(np.isnan(lo), 0.0, lo)
         ceiling = self._loss_ceiling()

@@ -103,7 +103,7 @@ from scipy import special
 from .. import _validate as V
 from .._validate import PrecisionLimitError
 from .base import Accountant, Interval, branch_labels, components_of
-from .cgf import ComposedCGF, mechanism_cgfs, mul_up
+from .cgf import ComposedCGF, log_gmax, mechanism_cgfs, mul_up
 
 __all__ = [
     "account_spa",
@@ -143,10 +143,7 @@ _SQRT2 = math.sqrt(2.0)
 # ---------------------------------------------------------------------------------------------
 # formulas (vectorised numpy)
 # ---------------------------------------------------------------------------------------------
-def _log_gmax(t):
-    """ln max_w psi_t(w) = -ln(1+t) + t ln(t/(1+t))."""
-    t = np.asarray(t, float)
-    return -np.log1p(t) - t * np.log1p(1.0 / t)
+_log_gmax = log_gmax  # (ln max_w psi_t(w), docs/MATH.md 6.5)
 
 
 def _log_gauss_tilt(m, v, a, sd=None):
