@@ -18,12 +18,12 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $(STAMP)
 	@echo "done (log: $(VENV)/install.log)"
 
-# the peers (dp-accounting, prv-accountant) are in the `test` extra, so $(STAMP) installs them for
-# `make test` too; `make bench` re-checks them here (a .venv installed before they joined `test`)
+# the peers (dp-accounting, prv-accountant, PLD_accounting) are in the `test` extra, so $(STAMP) installs
+# them for `make test` too; `make bench` re-checks them here and adds numba (PLD_accounting's speed-up)
 $(PEERS): $(STAMP)
-	@$(PY) -c "import dp_accounting, prv_accountant" 2>/dev/null || \
+	@$(PY) -c "import dp_accounting, prv_accountant, PLD_accounting, numba" 2>/dev/null || \
 	  ( echo "installing the peers for the benchmarks..."; \
-	    $(PY) -m pip install -q -e '.[test]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1) )
+	    $(PY) -m pip install -q -e '.[test,peers]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1) )
 	@touch $(PEERS)
 
 install: $(STAMP)

@@ -123,8 +123,39 @@ def make_method_accountant(method: str, relation: str, args) -> "object":
 def _maker(spec):
     def make(args) -> Mechanism:
         return spec.make(getattr(args, spec.noise), sensitivity=args.sensitivity, q=args.q,
-                         sampling=args.sampling, relation=args.relation, group=args.group)
+                         sampling=args.sampling, relation=args.relation, group=args.group, **_truncation(args))
     return make
+
+
+#: the sampling scheme whose steps need --batch-size and --dataset-size (a capped Poisson batch)
+TRUNCATED = "truncated_poisson"
+#: its flags: flag -> keyword of the mechanism (pldlib.mechanisms.Mechanism)
+TRUNCATION_FLAGS = {"--batch-size": "batch_size", "--dataset-size": "dataset_size"}
+
+
+def _truncation(args) -> dict:
+    """The keywords ``batch_size`` and ``dataset_size`` of a ``--sampling truncated_poisson`` step
+    (empty for every other scheme); a UsageError naming the flag when one is missing, or given
+    with another scheme."""
+    given = {flag: getattr(args, name, None) for flag, name in TRUNCATION_FLAGS.items()}
+    if args.sampling == TRUNCATED:
+        for flag, v in given.items():
+            if v is None:
+                raise UsageError(f"argument {flag}: required with --sampling {TRUNCATED}")
+        return {TRUNCATION_FLAGS[f]: v for f, v in given.items()}
+    for flag, v in given.items():
+        if v is not None:
+            raise UsageError(f"argument {flag}: only with --sampling {TRUNCATED}"
+                             + (f", not with --sampling {args.sampling}" if args.sampling else ""))
+    return {}
+
+
+def _add_truncation(g) -> None:
+    g.add_argument("--batch-size", type=_count, default=None, metavar="B",
+                   help=f"--sampling {TRUNCATED} only (required there): a Poisson batch larger than B is cut "
+                        "to a uniformly random subset of B records")
+    g.add_argument("--dataset-size", type=_count, default=None, metavar="N",
+                   help=f"--sampling {TRUNCATED} only (required there): the number of records N")
 
 
 def mechanisms() -> dict[str, tuple[str, Callable]]:
@@ -180,6 +211,7 @@ _epsilon = _arg(V.finite)
 _q = _arg(V.sampling_rate)
 _max_bins = _arg(V.int_at_least, 16)
 _delta_error = _arg(V.probability_open)
+_count = _arg(V.int_at_least, 1)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -197,7 +229,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--q", type=_q, default=1.0,
                    help="sampling probability in (0, 1] (default 1)")
     g.add_argument("--sampling", choices=SAMPLINGS, default=None,
-                   help="sampling scheme (default: none if q = 1, poisson if q < 1)")
+                   help=f"sampling scheme (default: none if q = 1, poisson if q < 1; {TRUNCATED}: a capped "
+                        "Poisson batch, with --batch-size and --dataset-size)")
+    _add_truncation(g)
     g.add_argument("--relation", choices=RELATIONS, default="add_remove",
                    help="neighbouring relation (default add_remove)")
     g.add_argument("--group", type=_steps, default=1, metavar="G",
@@ -295,13 +329,17 @@ def _run_calibrate_for(args) -> int:
         raise UsageError("argument --q: not allowed with --for q (it is the answer)")
     if what == "q" and args.steps is None:
         raise UsageError("argument --steps: required with --for q")
-    if args.table is not None or args.no_table:
+    if args.sampling == TRUNCATED and what == "sigma":  # (no atlas of capped batches: --no-table is what it does)
+        if args.table is not None:
+            raise UsageError(f"argument --table: the atlas has no {TRUNCATED} tables; leave --table out")
+    elif args.table is not None or args.no_table:
         raise UsageError(f"argument --table/--no-table: apply to sigma calibration only, not to --for {what}")
     q = 1.0 if args.q is None else args.q
     sampling = args.sampling or ("poisson" if (what == "q" or q < 1.0) else "none")
     if sampling == "none" and (what == "q" or q < 1.0):
         raise UsageError("argument --sampling: 'none' cannot have q < 1 (use poisson or wor)")
-    kw = dict(relation=args.relation, **({"group": args.group} if args.group > 1 else {}))
+    truncation = _truncation(args)
+    kw = dict(relation=args.relation, **({"group": args.group} if args.group > 1 else {}), **truncation)
     noise = getattr(args, spec.noise)
     direction = "larger_is_less_private"
     if what == "steps":
@@ -324,7 +362,8 @@ def _run_calibrate_for(args) -> int:
     notes.limited(caught)
     params = {"mechanism": args.mechanism, spec.noise: noise, "q": None if what == "q" else q,
               "steps": None if what == "steps" else args.steps,
-              "sampling": sampling, "relation": args.relation, **({"group": args.group} if args.group > 1 else {})}
+              "sampling": sampling, **truncation, "relation": args.relation,
+              **({"group": args.group} if args.group > 1 else {})}
     if args.json:
         out = {**res.as_dict(), "params": params, "seconds": seconds, **notes.fields()}
         print(json.dumps(out, allow_nan=False, default=float))
@@ -472,7 +511,9 @@ def _add_calibrate(sub) -> None:
     pc.add_argument("--steps", type=_steps, default=None,
                     help="number of compositions (integer >= 1; required except with --for steps)")
     pc.add_argument("--sampling", choices=SAMPLINGS, default=None,
-                    help="sampling scheme (default: none if q = 1, poisson if q < 1; --for q: poisson)")
+                    help=f"sampling scheme (default: none if q = 1, poisson if q < 1; --for q: poisson; {TRUNCATED}: "
+                         "with --batch-size and --dataset-size, calibrated by the generic search of --for)")
+    _add_truncation(pc)
     pc.add_argument("--relation", choices=RELATIONS, default="add_remove",
                     help="neighbouring relation (default add_remove)")
     pc.add_argument("--group", type=_steps, default=1, metavar="G",
@@ -490,8 +531,9 @@ def _add_calibrate(sub) -> None:
 def _run_calibrate(args) -> int:
     from .calibrate import MAX_EPSILON, TOL_RANGE, calibrate
 
-    if args.for_ != "sigma" or args.mechanism != "gaussian":
+    if args.for_ != "sigma" or args.mechanism != "gaussian" or args.sampling == TRUNCATED:
         return _run_calibrate_for(args)
+    _truncation(args)  # (--batch-size / --dataset-size without truncated_poisson)
     if args.sigma is not None:
         raise UsageError("argument --sigma: not allowed when calibrating sigma (use --for steps or --for q)")
     if args.steps is None:
@@ -577,6 +619,7 @@ def _resolve(args) -> None:
     elif args.sampling == "none" and args.q < 1.0:
         raise UsageError(f"argument --q: q = {args.q:g} < 1 needs --sampling poisson or wor "
                          "(got --sampling none)")
+    _truncation(args)
 
 
 def _params(args, accountant) -> dict:
@@ -588,6 +631,7 @@ def _params(args, accountant) -> dict:
         "sensitivity": args.sensitivity,
         "q": args.q,
         "sampling": args.sampling,
+        **_truncation(args),
         "relation": args.relation,
         **({"group": args.group} if args.group > 1 else {}),
         "steps": args.steps,

@@ -11,6 +11,16 @@ Its :attr:`~Mechanism.event` is the pure-data event
 
 :meth:`Mechanism.branches` gives the dominating pairs to compose (docs/MATH.md
 section 2), one per direction whose answers are maximised after composition.
+
+``Gaussian(sigma, q=q, sampling="truncated_poisson", batch_size=B, dataset_size=n)`` is a
+capped Poisson batch (a batch larger than B cut to a uniform subset of B); its event is
+``TruncatedPoissonGaussianEvent(sigma, q, n, B)`` (docs/MATH.md 2.6), so that
+
+    account(Gaussian(sigma, q=q, sampling="truncated_poisson", batch_size=B, dataset_size=n), steps=k)
+    == PLDAccountant("add_remove").compose(TruncatedPoissonGaussianEvent(sigma, q, n, B), k)
+
+``batch_size`` and ``dataset_size`` are required for that scheme and refused for every other;
+Gaussian noise only, no ``group``, relations add, remove and add_remove.
 """
 from __future__ import annotations
 
@@ -25,6 +35,12 @@ __all__ = ["Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "LatticeNoise"
            "Branch", "MechanismSpec", "register_mechanism", "mechanism_spec", "mechanism_names"]
 
 
+#: the sampling scheme of a capped Poisson batch (:mod:`pldlib.sampling.truncated_poisson`): its
+#: steps need ``batch_size`` and ``dataset_size``, so a mechanism builds them
+#: (:class:`pldlib.events.TruncatedPoissonGaussianEvent`), never ``Sampled(..., "truncated_poisson")``
+TRUNCATED_POISSON = "truncated_poisson"
+
+
 @dataclass(frozen=True)
 class Mechanism:
     """Base class: a single-step mechanism with sampling and neighbouring relation."""
@@ -35,6 +51,11 @@ class Mechanism:
     #: user-level accounting: the protected unit is a user with up to ``group`` records
     #: (docs/MATH.md 13.1; Gaussian noise; ``poisson`` or ``wor`` sampling, or none)
     group: int = field(default=1, kw_only=True)
+    #: ``sampling="truncated_poisson"`` only: the cap B on the batch size (a Poisson batch larger
+    #: than B is cut to a uniformly random subset of B records) and the number n of records
+    #: (docs/MATH.md 2.6; :class:`pldlib.events.TruncatedPoissonGaussianEvent`)
+    batch_size: int | None = field(default=None, kw_only=True)
+    dataset_size: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self):
         from .sampling import sampling_names
@@ -43,6 +64,13 @@ class Mechanism:
         V.choice("sampling", self.sampling, sampling_names())
         V.choice("relation", self.relation, V.RELATIONS)
         V.positive_int("group", self.group)
+        if self.sampling == TRUNCATED_POISSON:
+            object.__setattr__(self, "_event", self._truncated_event())
+            return
+        for name in ("batch_size", "dataset_size"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only for sampling='{TRUNCATED_POISSON}' (a capped Poisson batch), "
+                                 f"not for sampling={self.sampling!r}")
         if self.sampling == "none" and self.q != 1.0:
             raise ValueError(f"q must be 1 when sampling is 'none' (got q={float(self.q)!r}); "
                              "choose a sampling scheme (e.g. sampling='poisson' or 'wor') for q < 1")
@@ -57,6 +85,26 @@ class Mechanism:
             # g records, every one used: the Gaussian with sensitivity g times larger (exact)
             base = E.GaussianEvent(base.sigma / self.group, base.sensitivity * self.group)
         object.__setattr__(self, "_event", base if unsampled else E.Sampled(base, self.q, self.sampling, self.group))
+
+    def _truncated_event(self) -> E.TruncatedPoissonGaussianEvent:
+        """The step of ``sampling="truncated_poisson"``: Poisson sampling at rate q, a batch larger
+        than ``batch_size`` cut to a uniform subset of that size, Gaussian noise (docs/MATH.md 2.6)."""
+        for name, what in (("batch_size", "the cap B on the batch size"),
+                           ("dataset_size", "the number n of records")):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required with sampling='{TRUNCATED_POISSON}' ({what}); e.g. "
+                                 f"Gaussian(sigma, q=q, sampling='{TRUNCATED_POISSON}', batch_size=B, "
+                                 "dataset_size=n)")
+            object.__setattr__(self, name, V.int_at_least(name, getattr(self, name), 1))
+        base = self.base_event()
+        if not isinstance(base, E.GaussianEvent):
+            raise ValueError(f"sampling: '{TRUNCATED_POISSON}' is implemented for Gaussian noise only, "
+                             f"not {type(self).__name__}")
+        if self.group > 1:
+            raise ValueError(f"group: user-level accounting (group > 1) is not implemented for "
+                             f"sampling='{TRUNCATED_POISSON}' (use 'poisson' or 'wor')")
+        # (substitution: refused by the event's pair when composed, as for the event itself)
+        return E.TruncatedPoissonGaussianEvent(base.sigma, self.q, self.dataset_size, self.batch_size)
 
     # -- to be provided by subclasses ------------------------------------
     def base_event(self) -> E.BaseEvent:
@@ -83,7 +131,9 @@ class Mechanism:
         return dominating_pairs(self.event, self.relation)
 
     def describe(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "group" or self.group != 1}
+        d = {f.name: getattr(self, f.name) for f in fields(self)
+             if not ((f.name == "group" and self.group == 1)
+                     or (f.name in ("batch_size", "dataset_size") and getattr(self, f.name) is None))}
         d["mechanism"] = type(self).__name__.lower()
         return d
 

@@ -35,6 +35,14 @@ the results: mechanism, methods, expanded grid, method options) identifies
 the sweep a store was made from; ``name`` and ``store`` are not part of it,
 nor is the test-only ``sleep`` option (it changes timing, not results).
 
+``sampling: truncated_poisson`` (a capped Poisson batch: a batch larger than B cut to a
+uniform subset of B records, docs/MATH.md 2.6) needs the top-level settings ``batch_size: B``
+and ``dataset_size: n`` (integers >= 1, not grid axes: one value each for the whole sweep);
+they are required exactly when the sampling axis holds ``truncated_poisson`` and refused
+otherwise (a ``quick:`` variant without that scheme drops them).  They are part of the
+fingerprint only when given, so every other config keeps its fingerprint.  Each block's task
+gets them with its parameters (:meth:`sweeps.plan.Plan.spec`).
+
 A config may carry a ``quick:`` section (keys ``grid``, ``methods``,
 ``options``, ``store``, ``description``) for a small variant of the same
 campaign: ``load_config(path, quick=True)`` (``sweeps run CONFIG --quick``)
@@ -66,7 +74,7 @@ from .errors import ConfigError  # noqa: E402,F401
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
     "tradeoff_curve_spec", "TRADEOFF_CURVE_DEFAULTS", "GRID_EXTRA",
-    "AXES", "MECHANISMS", "DEFAULT_MECHANISM", "SAMPLINGS", "RELATIONS",
+    "AXES", "MECHANISMS", "DEFAULT_MECHANISM", "SAMPLINGS", "RELATIONS", "TRUNCATED", "TRUNCATION_KEYS",
 ]
 
 #: grid axes, in the order of the dataset dimensions (``method`` comes from ``methods``)
@@ -79,8 +87,11 @@ DEFAULT_MECHANISM = "gaussian"
 #: sampling names and relations: read from pldlib (their one definition each)
 SAMPLINGS = sampling_names()
 RELATIONS = _RELATIONS
+#: the sampling scheme of a capped Poisson batch and its top-level settings (mechanism keywords)
+TRUNCATED = "truncated_poisson"
+TRUNCATION_KEYS = ("batch_size", "dataset_size")
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
-            "sampling", "relation", "quick", "variants", "report")
+            "sampling", "relation", "quick", "variants", "report") + TRUNCATION_KEYS
 #: grid keys that are not cell axes: false-positive rates of the TPR metric (``tpr_lower``,
 #: ``tpr_upper``; a block spans all of them)
 GRID_EXTRA = ("fpr",)
@@ -122,6 +133,13 @@ class SweepConfig:
     #: the config has no ``mechanism:`` key, so :data:`DEFAULT_MECHANISM` is used (announced by
     #: ``sweeps run`` and kept in the store's ``mechanism_source`` attribute; not in the fingerprint)
     mechanism_default: bool = field(default=False, compare=False)
+    #: ``sampling: truncated_poisson`` only (None otherwise): the batch cap B and the number of records n
+    batch_size: int | None = None
+    dataset_size: int | None = None
+
+    def truncation(self) -> dict:
+        """``{"batch_size": B, "dataset_size": n}`` when set (``truncated_poisson``), else ``{}``."""
+        return {k: getattr(self, k) for k in TRUNCATION_KEYS if getattr(self, k) is not None}
 
     def base_method(self, m: str) -> str:
         """The registered method behind ``m`` (``m`` itself unless it is a variant)."""
@@ -142,6 +160,8 @@ class SweepConfig:
             # grid.fpr only when given: configs without it keep their fingerprints
             "grid": {**{a: list(getattr(self, a)) for a in AXES}, **({"fpr": list(self.fpr)} if self.fpr else {})},
             "options": {m: dict(self.options.get(m, {})) for m in self.methods},
+            # batch_size / dataset_size only when given: other configs keep their fingerprints
+            **self.truncation(),
             **({"variants": dict(self.variants)} if self.variants else {}),
             **({"report": dict(self.report)} if self.report else {}),
         }
@@ -157,6 +177,7 @@ class SweepConfig:
             "options": {m: {LEGACY_OPTION_NAMES.get(k, k): v for k, v in o.items()
                             if k not in FINGERPRINT_EXCLUDED_OPTIONS}
                         for m, o in c["options"].items()},
+            **{k: c[k] for k in TRUNCATION_KEYS if k in c},  # (only when given)
         }
         text = json.dumps(ident, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode()).hexdigest()
@@ -379,6 +400,10 @@ def _quick_variant(data: dict) -> dict:
     elif isinstance(data.get("store"), str):
         st = data["store"].rstrip("/")
         out["store"] = st[:-5] + "_quick.zarr" if st.endswith(".zarr") else st + "_quick"
+    samp = out.get("sampling", (out.get("grid") or {}).get("sampling"))
+    if not (samp == TRUNCATED or (isinstance(samp, (list, tuple)) and TRUNCATED in samp)):
+        for k in TRUNCATION_KEYS:  # (a quick variant without the scheme: its settings are not needed)
+            out.pop(k, None)
     methods = out.get("methods")
     if isinstance(methods, list) and isinstance(out.get("options"), dict):
         # options of methods the quick variant leaves out are dropped, not an error
@@ -486,6 +511,7 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         if small:
             raise ConfigError("grid.sampling", f"'none' needs q = 1 but grid.q has {small[0]!r}; use "
                                                "poisson or wor for q < 1 (with q = 1 they equal 'none')")
+    truncation = _truncation(data, axes, mechanism)
     report = _report(data.get("report"))
     options = _options(methods, data.get("options"), variants)
     variants = {a: b for a, b in variants.items() if a in methods}
@@ -498,7 +524,28 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
             raise ConfigError(f"quick.{e.field}", e.problem) from None
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, variants=variants,
-                       report=report, fpr=fpr, mechanism_default=mechanism_default, **axes)
+                       report=report, fpr=fpr, mechanism_default=mechanism_default, **axes, **truncation)
+
+
+def _truncation(data: dict, axes: dict, mechanism: str) -> dict:
+    """The validated top-level ``batch_size`` and ``dataset_size`` (integers >= 1): required when the
+    sampling axis holds ``truncated_poisson``, refused otherwise (ConfigError naming the field)."""
+    fld = "grid.sampling" if "sampling" in (data.get("grid") or {}) else "sampling"
+    out = {}
+    if TRUNCATED not in axes["sampling"]:
+        for k in TRUNCATION_KEYS:
+            if k in data:
+                raise ConfigError(k, f"only with sampling {TRUNCATED} (the sampling axis has "
+                                     f"{', '.join(axes['sampling'])})")
+        return out
+    if mechanism != "gaussian":
+        raise ConfigError(fld, f"{TRUNCATED} is implemented for the gaussian mechanism only, not {mechanism}")
+    what = {"batch_size": "the cap B on the batch size", "dataset_size": "the number n of records"}
+    for k in TRUNCATION_KEYS:
+        if k not in data or data[k] is None:
+            raise ConfigError(k, f"required with sampling {TRUNCATED} ({what[k]}; a top-level integer >= 1)")
+        out[k] = _checked(V.int_at_least, k, data[k], 1)
+    return out
 
 
 #: keys of ``report.tradeoff_curve`` and their defaults (the DP-SGD headline configuration)
@@ -541,6 +588,9 @@ def tradeoff_curve_spec(spec, fld: str = "report.tradeoff_curve") -> dict:
     out = {k: checks[k](f"{fld}.{k}", v) for k, v in out.items()}
     if out["sampling"] == "none" and out["q"] < 1.0:
         raise ConfigError(f"{fld}.sampling", "'none' needs q = 1; use poisson or wor for q < 1")
+    if out["sampling"] == TRUNCATED:
+        raise ConfigError(f"{fld}.sampling", f"{TRUNCATED} is not available for the trade-off curve plot "
+                                             "(it has no batch_size or dataset_size)")
     return out
 
 

@@ -27,6 +27,10 @@ fingerprint), ``fail: true | {axis: value(s)}`` (raise in matching blocks),
 ``crash: {axis: value(s)}`` (kill the worker process in matching blocks).
 A config *variant* (``variants: {alias: method}``) runs ``method`` with the
 alias's options.
+
+A config with ``sampling: truncated_poisson`` gives its top-level ``batch_size`` and
+``dataset_size`` to every block with its parameters (:meth:`sweeps.plan.Plan.spec`); the task
+passes them to the mechanism of the ``truncated_poisson`` blocks (:func:`make_mechanism`).
 """
 from __future__ import annotations
 
@@ -194,13 +198,22 @@ def _selected(selector, params) -> bool:
 
 
 # -- mechanisms ----------------------------------------------------------------
+#: mechanism keywords a block's ``params`` may carry besides the grid's (``sampling: truncated_poisson``)
+MECHANISM_KEYWORDS = ("batch_size", "dataset_size")
+
+
 def make_mechanism(params: dict):
     """The pldlib mechanism of one block (``sigma`` is the mechanism's noise parameter:
-    :mod:`pldlib.mechanisms`' descriptor of ``params['mechanism']`` says which)."""
-    from pldlib.mechanisms import mechanism_spec
+    :mod:`pldlib.mechanisms`' descriptor of ``params['mechanism']`` says which); ``batch_size``
+    and ``dataset_size``, when ``params`` has them, are passed on to the ``truncated_poisson``
+    blocks (the other blocks of the same sweep take none)."""
+    from pldlib.mechanisms import TRUNCATED_POISSON, mechanism_spec
 
     spec = mechanism_spec(params["mechanism"])
-    return spec.make(params["sigma"], q=params["q"], sampling=params["sampling"], relation=params["relation"])
+    extra = ({k: params[k] for k in MECHANISM_KEYWORDS if params.get(k) is not None}
+             if params["sampling"] == TRUNCATED_POISSON else {})
+    return spec.make(params["sigma"], q=params["q"], sampling=params["sampling"], relation=params["relation"],
+                     **extra)
 
 
 def make_event(params: dict):
@@ -250,7 +263,8 @@ def run_block(spec: dict) -> dict:
         if fprs and options.get("eps_cap") is not None:
             raise ValueError("option eps_cap cannot be combined with the TPR metric (grid.fpr)")
         acc = accountant_for(method, params["relation"], options)
-        t = acc.tables_per_steps(make_event(params), steps, deltas, fprs, eps_cap=options.get("eps_cap"))
+        event = make_event(params)
+        t = acc.tables_per_steps(event, steps, deltas, fprs, eps_cap=options.get("eps_cap"))
         failed = t.failed()
         unsupported = (np.ones(shape, bool) if t.unsupported
                        else (np.asarray(t.capped, bool) if t.capped is not None else np.zeros(shape, bool)))

@@ -82,7 +82,8 @@ class Plan:
         m = block.params["method"]
         spec = {
             "index": block.number,
-            "params": dict(block.params),
+            # (``truncated_poisson``: the config's batch_size and dataset_size, for the mechanism)
+            "params": {**block.params, **self.config.truncation()},
             "steps": list(self.coords["steps"]),
             "deltas": list(self.coords["delta"]),
             "options": dict(self.config.options.get(m, {})),

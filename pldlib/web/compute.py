@@ -18,6 +18,9 @@ import numpy as np
 
 from .. import _validate as V
 
+#: the schemes the page offers: those of the shipped atlas (explicitly not every registered scheme:
+#: random_allocation / shuffle need whole epochs, and truncated_poisson a batch cap the form's
+#: batch size would be confused with; they are reached through the library, the CLI and sweeps)
 SAMPLINGS = ("poisson", "wor")
 RELATIONS = ("add_remove", "add", "remove", "substitution")
 #: points of the epsilon-over-training band and of the trade-off curve
