@@ -814,9 +814,9 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
           the tails analytically where the grid's floor (truncated tail mass) is above the truth.
 
         Only automatic grids are sharpened (an explicit spacing is the user's accuracy), never
-        an accuracy-limited accountant, random allocation (its width is the gap between its
-        proven bounds) or an upper-only one."""
-        if (self.upper_only or not self._auto_grid() or self.accuracy_limited or not self._branches
+        random allocation (its width is the gap between its proven bounds) or an upper-only
+        accountant; an accuracy-limited one (its budgets spent) gets the analytic bounds only."""
+        if (self.upper_only or not self._auto_grid() or not self._branches
                 or any(isinstance(m, EpochStep) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
             return lo, up
         lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
@@ -840,7 +840,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         took = max(time.perf_counter() - t_start, 1e-3)
         self._sharpening = True
         try:
-            for f in SHARPEN_FACTORS:
+            for f in () if self.accuracy_limited else SHARPEN_FACTORS:  # (limited: no finer grid fits)
                 idx = np.nonzero(wide())[0]
                 if idx.size == 0:
                     return lo, up
