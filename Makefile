@@ -61,7 +61,7 @@ bench: $(PEERS)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.calibration
 
-# long randomised robustness run (issues 22, 39: mixed cases + the families with independent truths): results/ROBUSTNESS.md
+# long randomised robustness run (mixed cases + the families with independent truths): results/ROBUSTNESS.md
 ROBUST_CASES ?= 2000
 ROBUST_SEED ?= 3
 robust: $(STAMP)

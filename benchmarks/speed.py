@@ -1,4 +1,4 @@
-"""Issue 21 benchmarks: the PLD path against dp_accounting's PLD accountant, side by side.
+"""Speed benchmarks: the PLD path against dp_accounting's PLD accountant, side by side.
 
 Registered as sections of :mod:`benchmarks.run` (``python -m benchmarks.run --only speed,shapes,schedule``).
 Times are medians of ``REPEAT`` runs in this process (peers and ours interleaved in one run),
@@ -173,7 +173,7 @@ def split_row(label, fn, repeat=REPEAT):
             f"{total / fft:.2f}" if fft > 0 else "-"], med
 
 
-@section("speed", "Issue 21: the PLD path against dp_accounting on the DP-SGD headline (medians of 5)")
+@section("speed", "The PLD path against dp_accounting on the DP-SGD headline (medians of 5)")
 def bench_speed(ctx) -> str:
     import pldlib.pld.compose as C
 
@@ -299,7 +299,7 @@ def bench_speed(ctx) -> str:
               f"Goal: under 0.3 s ({'met' if t_g4 < 0.3 else 'NOT met'}).")
 
 
-@section("shapes", "Issue 21: 20 random DP-SGD shapes at dp_accounting-1e-4 tightness")
+@section("shapes", "20 random DP-SGD shapes at dp_accounting-1e-4 tightness")
 def bench_shapes(ctx) -> str:
     rng = np.random.default_rng(21)
     rows, ratios, spacings = [], [], []
@@ -344,7 +344,7 @@ def bench_shapes(ctx) -> str:
             + "\n\n" + summ)
 
 
-@section("schedule", "Issue 21: schedules of distinct steps (sigma 0.8 to 1.6, q 0.01, delta 1e-5)")
+@section("schedule", "Schedules of distinct steps (sigma 0.8 to 1.6, q 0.01, delta 1e-5)")
 def bench_schedule(ctx) -> str:
     import pldlib
     from dp_accounting.pld import privacy_loss_distribution as dpl

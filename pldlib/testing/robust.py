@@ -763,7 +763,7 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=TIME_LIMIT)
     ap.add_argument("--out", default=None, help="write the report (markdown) here")
     ap.add_argument("--jsonl", default=None, help="append every record here")
-    ap.add_argument("--issue-cases", action="store_true", help="run the cases issue 22 enumerates instead")
+    ap.add_argument("--issue-cases", action="store_true", help="run the known hard cases (extreme parameters, the reproducers with independent truths) instead")
     ap.add_argument("--family", default="all",
                     help="comma-separated families of random cases, or 'all' (default); one of: "
                          + ", ".join(FAMILIES) + " ('mixed' alone is the issue-22 sequence)")
