@@ -154,17 +154,18 @@ class BandMFAccounting:
 
     def epsilon(self, delta) -> Interval:
         """Certified interval for eps(delta) (the max over groups of each end)."""
-        ivs = [a.epsilon(delta) for a in self.accountants]
-        return Interval(np.maximum.reduce([np.asarray(i.lower, float) for i in ivs]),
-                        np.maximum.reduce([np.asarray(i.upper, float) for i in ivs])) if np.ndim(delta) else \
-            Interval(max(float(i.lower) for i in ivs), max(float(i.upper) for i in ivs))
+        return _max_of([a.epsilon(delta) for a in self.accountants], scalar=np.ndim(delta) == 0)
 
     def delta(self, epsilon) -> Interval:
         """Certified interval for delta(eps) (the max over groups of each end)."""
-        ivs = [a.delta(epsilon) for a in self.accountants]
-        return Interval(np.maximum.reduce([np.asarray(i.lower, float) for i in ivs]),
-                        np.maximum.reduce([np.asarray(i.upper, float) for i in ivs])) if np.ndim(epsilon) else \
-            Interval(max(float(i.lower) for i in ivs), max(float(i.upper) for i in ivs))
+        return _max_of([a.delta(epsilon) for a in self.accountants], scalar=np.ndim(epsilon) == 0)
+
+
+def _max_of(ivs, scalar: bool) -> Interval:
+    """The end-wise maximum of certified intervals of the same quantity's candidates."""
+    lo = np.maximum.reduce([np.asarray(i.lower, float) for i in ivs])
+    up = np.maximum.reduce([np.asarray(i.upper, float) for i in ivs])
+    return Interval(float(lo), float(up)) if scalar else Interval(lo, up)
 
 
 def account_bandmf(noise_multiplier: float, strategy: BandedStrategy, q: float, *, epochs: int = 1,
