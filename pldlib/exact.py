@@ -108,11 +108,56 @@ class GaussianExact:
         lower-bound delta >= delta and the smallest with upper-bound delta <= delta
         (delta is strictly decreasing in eps), found by bisection on the bounds."""
         deltas = np.asarray(deltas, dtype=float)
+        if deltas.size > 1:  # all deltas at once: the same bisections, vectorised
+            lo, hi = self._eps_many(deltas.ravel())
+            return lo.reshape(deltas.shape), hi.reshape(deltas.shape)
         lo = np.empty(deltas.shape)
         hi = np.empty(deltas.shape)
         for i, d in np.ndenumerate(deltas):
             lo[i], hi[i] = self._eps_one(float(d))
         return lo, hi
+
+    def _eps_many(self, deltas, lower: bool = True):
+        """:meth:`_eps_one` for a 1-d array of deltas, step for step (the same brackets, the same
+        midpoints, the same predicates: the same answers), each bisection an array operation;
+        ``lower=False``: the upper ends alone (the lower ends are None)."""
+        # (the scalar path's math.log / math.log1p, element by element: numpy's may differ in an ulp)
+        ld = np.array([math.log(x) for x in deltas.tolist()])
+        l1p = np.array([-math.log1p(-x) for x in deltas.tolist()])
+        mu = self.mu
+
+        def f_hi(e):
+            return self.log_delta_bounds(e)[1] - ld
+
+        def f_lo(e):
+            return self.log_delta_bounds(e)[0] - ld
+
+        c = mu * mu / 2
+        top = c + mu * np.sqrt(2 * np.maximum(-ld, 0.0) + 2) + 1.0
+        bot = c - mu * np.sqrt(2 * np.maximum(l1p, 1e-300) + 2 * np.abs(ld) + 50) - 1.0
+        bot = np.minimum(bot, -1.0)
+        grow = np.ones(deltas.size, bool)
+        for _ in range(64):
+            grow &= f_hi(top) > 0
+            if not grow.any():
+                break
+            top = np.where(grow, top + np.abs(top) + 1.0, top)
+        grow = np.ones(deltas.size, bool)
+        for _ in range(64):
+            grow &= f_lo(bot) < 0
+            if not grow.any():
+                break
+            bot = np.where(grow, bot - np.abs(bot) - 1.0, bot)
+        bad = ~(np.isfinite(top) & np.isfinite(bot)) | (f_hi(top) > 0)
+        if bad.any():
+            j = int(np.nonzero(bad)[0][0])
+            raise V.PrecisionLimitError(f"delta={deltas[j]:.3g}: the Gaussian profile with mu={mu:.3g} cannot be "
+                                        "inverted in floating point (floor: eps up to 1.8e308)")
+        e_hi = _bisect_many(lambda e, i: self.log_delta_bounds(e)[1] - ld[i], bot, top, want_le=True)
+        if not lower:
+            return None, e_hi
+        e_lo = _bisect_many(lambda e, i: self.log_delta_bounds(e)[0] - ld[i], bot, top, want_le=False)
+        return np.minimum(e_lo, e_hi), e_hi
 
     def _eps_one(self, delta):
         ld = math.log(delta)
@@ -145,6 +190,31 @@ class GaussianExact:
         e_hi = _bisect(f_hi, bot, top, want_le=True)
         e_lo = _bisect(f_lo, bot, top, want_le=False)
         return min(e_lo, e_hi), e_hi
+
+
+def _bisect_many(f, a, b, want_le):
+    """:func:`_bisect` for arrays of brackets ``[a, b]``: ``f(x, i)`` evaluates the predicate's
+    function at the points x of the brackets still open (indices i).  Each bracket takes the
+    same steps as :func:`_bisect` would take for it alone."""
+    a, b = np.array(a, dtype=float), np.array(b, dtype=float)
+    open_ = np.arange(a.size)
+    for _ in range(200):
+        if open_.size == 0:
+            break
+        aa, bb = a[open_], b[open_]
+        m = 0.5 * (aa + bb)
+        stop = (m <= aa) | (m >= bb)
+        go = ~stop
+        idx, m = open_[go], m[go]
+        if idx.size:
+            fm = f(m, idx)
+            take_b = fm <= 0 if want_le else ~(fm >= 0)
+            b[idx] = np.where(take_b, m, b[idx])
+            a[idx] = np.where(take_b, a[idx], m)
+            narrow = b[idx] - a[idx] <= 2 * U * np.maximum(np.abs(a[idx]), np.abs(b[idx]))
+            idx = idx[~narrow]
+        open_ = idx
+    return b if want_le else a
 
 
 def _bisect(f, a, b, want_le):
@@ -576,6 +646,10 @@ class GaussianPair:
         return self.lo.delta_bounds(eps)[0], self.hi.delta_bounds(eps)[1]
 
     def epsilon_bounds(self, deltas):
+        deltas = np.asarray(deltas, dtype=float)
+        if deltas.size > 1:  # (each pair's one needed end: the upper end costs the lower nothing)
+            up = self.hi._eps_many(deltas.ravel(), lower=False)[1].reshape(deltas.shape)
+            return self.lo._eps_many(deltas.ravel())[0].reshape(deltas.shape), up
         return self.lo.epsilon_bounds(deltas)[0], self.hi.epsilon_bounds(deltas)[1]
 
 
