@@ -12,6 +12,11 @@ Command line::
 
     python -m sweeps.atlas export results/atlas/atlas.zarr [MORE.zarr ...] results/atlas/atlas.npz
     python -m sweeps.atlas verify results/atlas/atlas.npz --n 200 --seed 0 [--calibrate]
+    python -m sweeps.atlas lookup STORE.zarr --epsilon 2 --delta 1e-6 --q 0.01 --steps 1000
+
+``lookup`` answers from the sweep store itself (:class:`StoreLookup`), reading about
+log2(number of sigma values) + 1 chunks of ``eps_upper``; the ``.npz`` atlas answers many
+queries fast and more tightly (monotone envelope, delta chord).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import numpy as np
 
 from .store import StoreError
 
-__all__ = ["export", "atlas_from_store", "merge_atlases", "verify", "main"]
+__all__ = ["export", "atlas_from_store", "merge_atlases", "verify", "lookup", "StoreLookup", "main"]
 
 
 def atlas_from_store(store: str, method: str = "pld"):
@@ -141,6 +146,103 @@ def export(store, out: str, method: str = "pld", precision: str = "float64", env
         atlas = Atlas(atlas.axes, widened, {**atlas.meta, "margin": float(margin)})
     atlas.save(out, precision=precision, envelope=envelope)
     return atlas
+
+
+class StoreLookup:
+    """Certified sigma look-ups straight from a sweep store (any layout), reading few chunks.
+
+    Opening reads the store's metadata and its coordinate arrays only.  One look-up
+    (:meth:`sigma_for`) moves the query to its safe-side grid neighbour -- the smallest grid
+    q >= q, the smallest grid steps >= steps, the largest grid delta <= delta; the true eps
+    grows with q and steps and shrinks with delta, so an upper bound there bounds the query
+    (docs/MATH.md 9.4) -- and bisects the sigma axis for the smallest grid sigma whose stored
+    certified ``eps_upper`` is at most epsilon, reading one cell (one chunk of ``eps_upper``)
+    per step: about log2(number of sigma values) + 1 chunks.  Cells not computed or failed
+    are NaN and never certify.  The sigma returned is verified (its own cell's upper bound
+    is <= epsilon): certified even where stored bounds are not monotone in sigma (a
+    bisection may then return a larger certified sigma than the smallest one).
+    :attr:`reads` counts the data chunks read so far.
+    """
+
+    def __init__(self, store: str, method: str = "pld"):
+        import zarr
+
+        from .store import read_attrs
+
+        if read_attrs(store) is None:
+            raise StoreError(f"{store!r} is not a sweeps store (nothing there, or not readable)")
+        self.store = str(store)
+        self.group = zarr.open_group(self.store, mode="r")
+        self.coords = {d: np.asarray(self.group[d][...]) for d in
+                       ("sigma", "q", "steps", "delta", "sampling", "relation", "method")}
+        for d in ("sampling", "relation", "method"):
+            self.coords[d] = np.array([str(x) for x in self.coords[d].tolist()], dtype=object)
+        if method not in list(self.coords["method"]):
+            raise ValueError(f"{store}: no method {method!r} in the store (it has "
+                             f"{', '.join(self.coords['method'])})")
+        self.method = method
+        self.upper = self.group["eps_upper"]
+        self.sigma_order = np.argsort(self.coords["sigma"], kind="stable")
+        self.reads = 0
+
+    def _cell(self, i_sigma: int, ix: tuple) -> float:
+        self.reads += 1
+        return float(self.upper[(int(i_sigma),) + ix])
+
+    @staticmethod
+    def _neighbour(name: str, axis: np.ndarray, x: float, up: bool) -> int:
+        order = np.argsort(axis, kind="stable")
+        a = axis[order].astype(float)
+        tol = 1e-12 * abs(x)
+        j = int(np.searchsorted(a, x - tol, side="left")) if up else int(np.searchsorted(a, x + tol, side="right")) - 1
+        if not 0 <= j < a.size:
+            side = "at or above" if up else "at or below"
+            raise ValueError(f"{name}={x:.6g} has no grid value {side} it in the store "
+                             f"(its {name} axis spans {a[0]:.6g} .. {a[-1]:.6g})")
+        return int(order[j])
+
+    def sigma_for(self, epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",
+                  relation: str = "add_remove") -> float:
+        """The smallest grid sigma found certified to give eps <= ``epsilon`` at (delta, q, steps);
+        NaN when not even the largest grid sigma is certified (see the class docstring)."""
+        from pldlib import _validate as V
+
+        epsilon = V.positive_finite("epsilon", epsilon)
+        delta = V.probability_open("delta", delta)
+        q = V.sampling_rate("q", q)
+        steps = V.steps("steps", steps)
+        for name, val in (("sampling", sampling), ("relation", relation)):
+            have = list(self.coords[name])
+            if val not in have:
+                raise ValueError(f"{name}={val!r} is not in the store (it has {', '.join(have)})")
+        iq = self._neighbour("q", self.coords["q"], float(q), up=True)
+        ik = self._neighbour("steps", self.coords["steps"], float(steps), up=True)
+        idl = self._neighbour("delta", self.coords["delta"], float(delta), up=False)
+        ix = (iq, ik, idl, list(self.coords["sampling"]).index(sampling),
+              list(self.coords["relation"]).index(relation), list(self.coords["method"]).index(self.method))
+        order = self.sigma_order
+
+        def ok(j):
+            u = self._cell(order[j], ix)
+            return u == u and u <= epsilon  # (NaN: not computed or failed: certifies nothing)
+
+        hi = order.size - 1
+        if not ok(hi):
+            return math.nan
+        lo = -1  # (virtual: not certified)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        return float(self.coords["sigma"][order[hi]])
+
+
+def lookup(store: str, epsilon: float, delta: float, q: float, steps: int, sampling: str = "poisson",
+           relation: str = "add_remove", method: str = "pld") -> float:
+    """One certified sigma from a sweep store, reading few chunks (:class:`StoreLookup`)."""
+    return StoreLookup(store, method).sigma_for(epsilon, delta, q, steps, sampling, relation)
 
 
 def _random_queries(atlas, n: int, rng, sampling: str, relation: str, eps_range=(0.2, 16.0)):
@@ -261,11 +363,25 @@ def main(argv=None) -> int:
     pv.add_argument("--relation", default="add_remove")
     pv.add_argument("--calibrate", action="store_true", help="also compare with pldlib.calibrate (slow)")
     pv.add_argument("--json-out", default=None, help="write every row to this JSON file")
+    pl = sub.add_parser("lookup", help="one certified sigma straight from a sweep store (reads few chunks)")
+    pl.add_argument("store")
+    pl.add_argument("--epsilon", type=float, required=True)
+    pl.add_argument("--delta", type=float, required=True)
+    pl.add_argument("--q", type=float, required=True)
+    pl.add_argument("--steps", type=int, required=True)
+    pl.add_argument("--sampling", default="poisson")
+    pl.add_argument("--relation", default="add_remove")
+    pl.add_argument("--method", default="pld")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
     try:
+        if a.cmd == "lookup":
+            lk = StoreLookup(a.store, a.method)
+            sigma = lk.sigma_for(a.epsilon, a.delta, a.q, a.steps, a.sampling, a.relation)
+            print(json.dumps({"sigma": sigma if math.isfinite(sigma) else None, "chunks_read": lk.reads}))
+            return 0 if math.isfinite(sigma) else 1
         if a.cmd == "export":
             atlas = export(a.stores, a.out, a.method, "float32" if a.float32 else "float64", not a.raw, a.margin)
             print(f"wrote {a.out}: {atlas!r}")

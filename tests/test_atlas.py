@@ -545,3 +545,58 @@ def test_export_margin_widens_every_bound_outward(atlas_path, tmp_path, capsys):
         np.testing.assert_array_equal(L[fin], l[fin] - 1e-6 * np.abs(l[fin]))
     assert main(["export", store, str(tmp_path / "bad.npz"), "--margin", "-1"]) == 2
     assert "margin" in capsys.readouterr().err and not (tmp_path / "bad.npz").exists()
+
+
+def test_a_lookup_from_the_store_reads_few_chunks_and_is_certified(atlas_path):
+    """sweeps.atlas.lookup on the sweep store itself: bisection over the sigma axis at the
+    safe-side grid neighbour, one eps_upper chunk per step (counted), each sigma it returns
+    re-checked by the accountant at the exact off-grid query, and equal to the smallest grid
+    sigma whose stored upper bound meets epsilon there (found by reading the whole column)."""
+    import zarr
+
+    from sweeps.atlas import StoreLookup
+
+    store = str(atlas_path.with_suffix(".zarr"))
+    lk = StoreLookup(store)
+    g = zarr.open_group(store, mode="r")
+    sig = np.asarray(g["sigma"][...])
+    n_sigma = sig.size
+    rng = np.random.default_rng(5)
+    answered = 0
+    for _ in range(12):
+        q = float(np.exp(rng.uniform(np.log(0.005), np.log(0.1))))
+        k = int(rng.integers(5, 1001))
+        d = float(np.exp(rng.uniform(np.log(1e-6), np.log(9e-5))))
+        e = float(np.exp(rng.uniform(np.log(0.3), np.log(6.0))))
+        before = lk.reads
+        s = lk.sigma_for(e, d, q, k)
+        assert lk.reads - before <= math.ceil(math.log2(n_sigma)) + 1
+        # the whole column at the safe-side neighbour, read directly
+        qs, ks, ds = (np.asarray(g[a][...], dtype=float) for a in ("q", "steps", "delta"))
+        iq = int(np.argmin(np.where(qs >= q, qs, np.inf)))
+        ik = int(np.argmin(np.where(ks >= k, ks, np.inf)))
+        idl = int(np.argmax(np.where(ds <= d, ds, -np.inf)))
+        col = np.asarray(g["eps_upper"][:, iq, ik, idl, 0, 0, 0])
+        meets = np.isfinite(col) & (col <= e)
+        if not meets.any():
+            assert math.isnan(s)
+            continue
+        answered += 1
+        assert s == sig[meets].min()  # (the stored bounds are monotone in sigma here)
+        assert _check_upper(s, e, d, q, k).upper <= e
+    assert answered >= 6
+
+
+def test_store_lookup_errors_name_the_argument(atlas_path):
+    from sweeps.atlas import StoreLookup
+    from sweeps.store import StoreError
+
+    lk = StoreLookup(str(atlas_path.with_suffix(".zarr")))
+    with pytest.raises(ValueError, match="q=0.5 has no grid value at or above"):
+        lk.sigma_for(1.0, 1e-5, 0.5, 10)
+    with pytest.raises(ValueError, match="delta"):
+        lk.sigma_for(1.0, 1.5, 0.01, 10)
+    with pytest.raises(ValueError, match="sampling='wor' is not in the store"):
+        lk.sigma_for(1.0, 1e-5, 0.01, 10, sampling="wor")
+    with pytest.raises(StoreError, match="not a sweeps store"):
+        StoreLookup(str(atlas_path.parent / "nothing.zarr"))
