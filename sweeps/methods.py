@@ -21,7 +21,9 @@ that ``client.submit(retries=...)`` retries them.
 Sweep options of a method are its accountant's constructor keywords (validated by
 building the accountant) plus ``eps_cap: EPS`` (not with the TPR metric; see
 :meth:`pldlib.methods.Accountant.tables_per_steps`: cells whose eps is certified
-above EPS are left out, status 3).  Test-only options accepted by every method
+above EPS are left out, status 3) and ``eps_floor: EPS`` (steps values whose certified
+Renyi-DP upper bound is at most EPS at every delta are left out, status 3; not with the TPR
+metric).  Test-only options accepted by every method
 (documented as such): ``sleep: SECONDS`` (sleep before computing; left out of the
 fingerprint), ``fail: true | {axis: value(s)}`` (raise in matching blocks),
 ``crash: {axis: value(s)}`` (kill the worker process in matching blocks).
@@ -127,7 +129,8 @@ def _opt_selector(fld, v):
 
 
 #: options every method accepts (test-only: they make blocks slow, fail or crash), and eps_cap
-COMMON_OPTIONS = {"sleep": _opt_sleep, "fail": _opt_selector, "crash": _opt_selector, "eps_cap": _opt_eps_cap}
+COMMON_OPTIONS = {"sleep": _opt_sleep, "fail": _opt_selector, "crash": _opt_selector, "eps_cap": _opt_eps_cap,
+                  "eps_floor": _opt_eps_cap}
 
 
 def validate_options(method: str, fld: str, given: dict) -> dict:
@@ -169,6 +172,8 @@ def validate_options(method: str, fld: str, given: dict) -> dict:
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{fld}.{name}", str(e).removeprefix(f"{k}: ")) from None
         out[k] = v
+    if out.get("eps_floor") is not None and out.get("eps_cap") is not None and out["eps_floor"] >= out["eps_cap"]:
+        raise ConfigError(f"{fld}.eps_floor", f"must be below eps_cap ({out['eps_cap']:g}), got {out['eps_floor']:g}")
     return out
 
 
@@ -264,7 +269,8 @@ def run_block(spec: dict) -> dict:
             raise ValueError("option eps_cap cannot be combined with the TPR metric (grid.fpr)")
         acc = accountant_for(method, params["relation"], options)
         event = make_event(params)
-        t = acc.tables_per_steps(event, steps, deltas, fprs, eps_cap=options.get("eps_cap"))
+        t = acc.tables_per_steps(event, steps, deltas, fprs, eps_cap=options.get("eps_cap"),
+                                 eps_floor=options.get("eps_floor"))
         failed = t.failed()
         unsupported = (np.ones(shape, bool) if t.unsupported
                        else (np.asarray(t.capped, bool) if t.capped is not None else np.zeros(shape, bool)))

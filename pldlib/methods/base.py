@@ -507,7 +507,8 @@ class Accountant:
         trade-off curve of; methods override it to share work across steps values)."""
         return self.fresh().compose(event, k)
 
-    def tables_per_steps(self, event, steps, deltas, fprs=(), *, eps_cap: float | None = None) -> StepsTables:
+    def tables_per_steps(self, event, steps, deltas, fprs=(), *, eps_cap: float | None = None,
+                         eps_floor: float | None = None) -> StepsTables:
         """eps(delta) of ``count`` runs of ``event`` for every count in ``steps`` and every delta,
         and, for each false-positive rate in ``fprs``, the certified largest true-positive rate
         of any membership test (:meth:`max_tpr`): one :class:`StepsTables`.  This is what a
@@ -518,8 +519,13 @@ class Accountant:
         ascending chunks, stopping after the first chunk whose largest count has certified lower
         bounds above ``eps_cap`` at every delta; eps(delta) does not decrease with the count
         nor increase with delta, so every cell left out (``capped``) has a true eps above the
-        cap.  Errors of a single cell become notes; transient errors (``OSError``, a
-        ``MemoryError`` other than :class:`GridTooLargeError`) propagate so a caller can retry.
+        cap.  ``eps_floor`` (not with ``fprs``; a certified method's tables): a steps value whose
+        Renyi-DP upper bound (:func:`rdp_floor_mask`, cheap for all steps values at once) is at
+        most ``eps_floor`` at every delta is not computed either (``capped``: its true eps is
+        below the floor at every delta); where the RDP accountant cannot take the event, every
+        steps value is computed.  Errors of a single cell become notes; transient errors
+        (``OSError``, a ``MemoryError`` other than :class:`GridTooLargeError`) propagate so a
+        caller can retry.
         """
         from ..pld.tradeoff import alpha_array
 
@@ -537,6 +543,30 @@ class Accountant:
             return StepsTables(nan, nan.copy(), nan.copy(), [], np.full((S, F), np.nan), np.full((S, F), np.nan),
                                [], why if F else "", self.kind, why)
         capped = None
+        if eps_floor is not None:
+            eps_floor = V.positive_finite("eps_floor", eps_floor)
+            if F:
+                raise ValueError("eps_floor: cannot be combined with false-positive rates (fprs)")
+            if eps_cap is not None and eps_floor >= eps_cap:
+                raise ValueError(f"eps_floor ({eps_floor:g}) must be below eps_cap ({eps_cap:g})")
+        below, below_note = (rdp_floor_mask(event, self.relation, ks, deltas, eps_floor)
+                             if eps_floor is not None else (np.zeros(S, bool), ""))
+        if below.any():  # the steps values above the floor only, then the floored rows put back
+            keep = np.nonzero(~below)[0]
+            inner = self.tables_per_steps(event, [ks[i] for i in keep], deltas, eps_cap=eps_cap) if keep.size else None
+            lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
+            capped = np.zeros((S, D), dtype=bool)
+            capped[below] = True
+            notes = [below_note]
+            if inner is not None:
+                lo[keep], est[keep], up[keep] = inner.eps_lower, inner.eps_estimate, inner.eps_upper
+                if inner.capped is not None:
+                    capped[keep] = inner.capped
+                notes = list(inner.notes) + notes
+                if inner.unsupported:
+                    return inner._replace(eps_lower=lo, eps_estimate=est, eps_upper=up, capped=None,
+                                          notes=[inner.unsupported])
+            return StepsTables(lo, est, up, notes, np.zeros((S, 0)), np.zeros((S, 0)), [], "", self.kind, "", capped)
         if eps_cap is not None:
             lo, est, up, notes, capped = self._capped(event, ks, deltas, eps_cap)
             t = StepsTables(lo, est, up, notes, np.zeros((S, 0)), np.zeros((S, 0)), [], "")
@@ -567,16 +597,27 @@ class Accountant:
     CAP_CHUNK = 6
 
     def _capped(self, event, ks, deltas, cap: float):
-        """:meth:`epsilon_per_steps` in ascending chunks of :data:`CAP_CHUNK` steps values,
-        stopping after the first chunk whose largest count has certified lower bounds above
-        ``cap`` at every delta (see :meth:`tables_per_steps`)."""
+        """:meth:`epsilon_per_steps` for the steps values the cap cannot leave out, together --
+        those whose Renyi-DP upper bound at the largest delta is at most ``cap`` (their eps is
+        at most the cap there: :func:`rdp_floor_mask`; none where RDP cannot take the event) --
+        then in ascending chunks of :data:`CAP_CHUNK` steps values, stopping after the first
+        chunk whose largest count has certified lower bounds above ``cap`` at every delta (see
+        :meth:`tables_per_steps`).  A row whose every steps value is below the cap so is computed
+        in one call, exactly as without the cap."""
         S, D = len(ks), deltas.size
         lo, est, up = (np.full((S, D), np.nan) for _ in range(3))
         notes: list = []
         order = sorted(range(S), key=lambda i: ks[i])
+        sorted_ks, top = [ks[i] for i in order], deltas[[int(np.argmax(deltas))]]
+        needed, why = rdp_floor_mask(event, self.relation, sorted_ks, top, cap)
+        if why.startswith("eps_floor not applied") and self.relation == "substitution":
+            # (a prediction only, to compute together what the cap will not leave out: a substitution
+            # is a removal and an addition, so eps is about twice the add_remove one)
+            needed, _ = rdp_floor_mask(event, "add_remove", sorted_ks, top, cap / 2.0)
+        first = int(np.argmin(needed)) if not needed.all() else S  # (a prefix: the mask of the sorted ks)
         done = 0
         while done < S:
-            idx = order[done: done + self.CAP_CHUNK]
+            idx = order[done: max(first, done + self.CAP_CHUNK)] if done == 0 else order[done: done + self.CAP_CHUNK]
             l_, e_, u_, n_ = self.epsilon_per_steps(event, [ks[i] for i in idx], deltas)
             lo[idx], est[idx], up[idx] = l_, e_, u_
             notes += list(n_)
@@ -733,3 +774,31 @@ def scalar_or_array(scalar: bool, *arrays):
     if scalar:
         return tuple(float(np.asarray(a).ravel()[0]) if np.size(a) else math.nan for a in arrays)
     return arrays
+
+
+def rdp_floor_mask(event, relation: str, ks, deltas, floor: float) -> tuple[np.ndarray, str]:
+    """``(mask, note)``: which steps values ``ks`` have a certified eps at most ``floor`` at every
+    delta, by the Renyi-DP accountant's upper bounds (one RDP curve for every count: cheap).  Each
+    masked steps value carries its own certificate (no monotonicity is assumed).  Where the RDP
+    accountant cannot take the event (or fails), nothing is masked and the note says why."""
+    from . import make_accountant
+
+    ks = list(ks)
+    mask = np.zeros(len(ks), dtype=bool)
+    try:
+        rdp = make_accountant("rdp", relation)
+        why = rdp._refusal(event)
+        if why:
+            return mask, f"eps_floor not applied: no cheap certified upper bound ({why})"
+        _lo, _est, up, _notes = rdp.epsilon_per_steps(event, ks, deltas)
+    except Exception as e:
+        if transient(e):
+            raise
+        return mask, f"eps_floor not applied: the RDP upper bound failed ({type(e).__name__}: {e})"
+    up = np.asarray(up, dtype=float)
+    mask = np.all(np.isfinite(up) & (up <= floor), axis=1)
+    if not mask.any():
+        return mask, ""
+    k0 = max(k for k, m in zip(ks, mask) if m)
+    return mask, (f"{int(mask.sum())} steps values (up to steps={k0}) not computed: eps <= eps_floor={floor:g} there "
+                  "at every delta (certified Renyi-DP upper bound)")
