@@ -87,6 +87,15 @@ def accountant_class(name: str) -> type:
     return info.target
 
 
+def _install_floor_mask() -> None:
+    from . import base, rdp
+
+    base.set_floor_mask(rdp.rdp_floor_mask)
+
+
+_install_floor_mask()
+
+
 def make_accountant(name: str, relation: str = "add_remove", **options) -> Accountant:
     """An empty accountant of method ``name`` (options validated by its constructor)."""
     return accountant_class(name)(relation, **options)

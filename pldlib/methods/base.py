@@ -776,29 +776,21 @@ def scalar_or_array(scalar: bool, *arrays):
     return arrays
 
 
-def rdp_floor_mask(event, relation: str, ks, deltas, floor: float) -> tuple[np.ndarray, str]:
-    """``(mask, note)``: which steps values ``ks`` have a certified eps at most ``floor`` at every
-    delta, by the Renyi-DP accountant's upper bounds (one RDP curve for every count: cheap).  Each
-    masked steps value carries its own certificate (no monotonicity is assumed).  Where the RDP
-    accountant cannot take the event (or fails), nothing is masked and the note says why."""
-    from . import make_accountant
 
-    ks = list(ks)
-    mask = np.zeros(len(ks), dtype=bool)
-    try:
-        rdp = make_accountant("rdp", relation)
-        why = rdp._refusal(event)
-        if why:
-            return mask, f"eps_floor not applied: no cheap certified upper bound ({why})"
-        _lo, _est, up, _notes = rdp.epsilon_per_steps(event, ks, deltas)
-    except Exception as e:
-        if transient(e):
-            raise
-        return mask, f"eps_floor not applied: the RDP upper bound failed ({type(e).__name__}: {e})"
-    up = np.asarray(up, dtype=float)
-    mask = np.all(np.isfinite(up) & (up <= floor), axis=1)
-    if not mask.any():
-        return mask, ""
-    k0 = max(k for k, m in zip(ks, mask) if m)
-    return mask, (f"{int(mask.sum())} steps values (up to steps={k0}) not computed: eps <= eps_floor={floor:g} there "
-                  "at every delta (certified Renyi-DP upper bound)")
+#: the cheap certified upper bound behind ``eps_floor`` and the ``eps_cap`` grouping:
+#: ``fn(event, relation, ks, deltas, floor) -> (mask, note)`` (set by :mod:`pldlib.methods` to
+#: :func:`pldlib.methods.rdp.rdp_floor_mask`; this interface module imports no method)
+_FLOOR_MASK = None
+
+
+def set_floor_mask(fn) -> None:
+    """Install the cheap certified upper bound used by ``eps_floor`` (see :data:`_FLOOR_MASK`)."""
+    global _FLOOR_MASK
+    _FLOOR_MASK = fn
+
+
+def rdp_floor_mask(event, relation: str, ks, deltas, floor: float):
+    """The installed cheap bound's ``(mask, note)`` (nothing masked when none is installed)."""
+    if _FLOOR_MASK is None:
+        return np.zeros(len(list(ks)), dtype=bool), "eps_floor not applied: no cheap certified upper bound installed"
+    return _FLOOR_MASK(event, relation, ks, deltas, floor)

@@ -37,7 +37,7 @@ from scipy import special
 
 from .. import _validate as V
 from .. import events as E
-from .base import Accountant, Interval, Step, UnsupportedEventError, components_of
+from .base import Accountant, Interval, Step, UnsupportedEventError, components_of, transient
 
 __all__ = ["account_rdp", "RDPAccountant", "GaussianFormulaAccountant", "RDP_ORDERS", "FRACTIONAL_ORDERS", "rdp_single_step",
            "gaussian_params"]
@@ -280,3 +280,29 @@ def account_rdp(mechanism, steps: int | None = None, *, orders=RDP_ORDERS) -> RD
     (none / Poisson / WOR with add, remove or add_remove; plain substitution).
     """
     return RDPAccountant.for_mechanism(mechanism, steps, orders=orders)
+
+
+def rdp_floor_mask(event, relation: str, ks, deltas, floor: float) -> tuple[np.ndarray, str]:
+    """``(mask, note)``: which steps values ``ks`` have a certified eps at most ``floor`` at every
+    delta, by the Renyi-DP accountant's upper bounds (one RDP curve for every count: cheap).  Each
+    masked steps value carries its own certificate (no monotonicity is assumed).  Where the RDP
+    accountant cannot take the event (or fails), nothing is masked and the note says why."""
+    ks = list(ks)
+    mask = np.zeros(len(ks), dtype=bool)
+    try:
+        rdp = RDPAccountant(relation)
+        why = rdp._refusal(event)
+        if why:
+            return mask, f"eps_floor not applied: no cheap certified upper bound ({why})"
+        _lo, _est, up, _notes = rdp.epsilon_per_steps(event, ks, deltas)
+    except Exception as e:
+        if transient(e):
+            raise
+        return mask, f"eps_floor not applied: the RDP upper bound failed ({type(e).__name__}: {e})"
+    up = np.asarray(up, dtype=float)
+    mask = np.all(np.isfinite(up) & (up <= floor), axis=1)
+    if not mask.any():
+        return mask, ""
+    k0 = max(k for k, m in zip(ks, mask) if m)
+    return mask, (f"{int(mask.sum())} steps values (up to steps={k0}) not computed: eps <= eps_floor={floor:g} there "
+                  "at every delta (certified Renyi-DP upper bound)")
