@@ -258,3 +258,16 @@ def test_the_static_export_answers_from_disk(browser, tmp_path):
     b.wait_for("document.getElementById('error').textContent !== ''", timeout=30)
     assert b.js("document.getElementById('error').textContent") == \
         _cli_error("calibrate", "--q", "0.01", "--steps", "100", "--delta", "2", "--epsilon", "2")
+
+
+def test_the_browser_closes_in_a_thread_without_an_event_loop():
+    """Closing the DevTools connection works whatever event loop the thread has (a test that
+    ran before may have left the main thread with none)."""
+    import asyncio
+
+    if find_chromium() is None:
+        pytest.skip("Chromium is not installed here (apt-get install chromium)")
+    asyncio.set_event_loop(None)
+    with Browser() as b:
+        assert b.js("6 * 7") == 42
+    assert b.proc.poll() is not None

@@ -131,8 +131,13 @@ class Browser:
     def close(self) -> None:
         try:
             if getattr(self, "_ws", None) is not None:
-                self._ws.close()
-                self._loop.close()
+                async def close_ws():  # (inside its loop: tornado's close makes a Future of the running
+                    self._ws.close()   # loop; outside, it needs a current loop the thread may not have)
+
+                try:
+                    self._loop.run_until_complete(close_ws())
+                finally:
+                    self._loop.close()
         finally:
             if self.proc.poll() is None:
                 self.proc.terminate()
