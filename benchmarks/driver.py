@@ -18,6 +18,15 @@ With ``--external`` the scheduler and the workers are ``dask scheduler`` /
     driver's peak RSS (the driver process, which also hosts the embedded
     scheduler; the workers are other processes).
 
+``python -m benchmarks.driver rows [--rows 1000000] [--workers 4] [--layout sharded|blocks]``
+    ``--rows`` trivial rows (one steps value, one delta each: one cell per block) end to
+    end through the real pipeline on an embedded cluster of ``--workers`` worker processes:
+    in the sharded layout the workers write their shards and the driver tracks tasks; in
+    the block layout the driver writes every block.  Wall time, rows/s, tasks/s, the
+    driver's CPU seconds per task and per row (the driver process hosts the embedded
+    scheduler too), its peak RSS, and the number of files in the store.  ``--out FILE``
+    adds the result to a JSON file (results/driver/rows.json), keyed by layout and rows.
+
 Both print one markdown table row set; the numbers go to results/BENCHMARKS.md.
 """
 from __future__ import annotations
@@ -178,6 +187,65 @@ def million(workers: int) -> dict:
             "driver_peak_rss_mb": _rss_mb(), "store_mb": store_mb, "complete": rep.complete}
 
 
+def rows(n_rows: int, workers: int, layout: str = "sharded", task_seconds: float | None = None,
+         keep: str | None = None) -> dict:
+    """``n_rows`` trivial one-cell rows end to end (see the module doc)."""
+    import os
+
+    import dask
+    from distributed import LocalCluster
+
+    from sweeps.config import parse_config
+    from sweeps.execute import _worker_environ, run_sweep
+
+    _register_trivial()
+    n_sigma = 1000 if n_rows >= 10**6 else 100
+    n_q = max(1, n_rows // n_sigma)
+    tmp = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sweeps-rows-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    data = {"name": "rows-bench", "store": str(tmp / f"rows-{layout}.zarr"), "methods": ["trivial"],
+            "layout": "blocks" if layout == "blocks" else "sharded",
+            "grid": {"sigma": {"geomspace": [0.5, 4, n_sigma]}, "q": {"geomspace": [1e-5, 0.5, n_q]},
+                     "sampling": ["poisson"], "steps": [1], "delta": [1e-5]}}
+    if task_seconds:
+        data["task_seconds"] = task_seconds
+    cfg = parse_config(data)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": _worker_environ()}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    try:
+        with cluster.get_client() as client:
+            client.wait_for_workers(workers, timeout=120)
+            client.run(_register_trivial)
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            rep = run_sweep(cfg, client=client, progress=False, stream=io.StringIO(), max_cells=10**9,
+                            task_seconds=task_seconds)
+            wall = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            rss = _rss_mb()  # before the check below reads the store
+        files = sum(len(f) for _, _, f in os.walk(cfg.store))
+        import zarr
+
+        g = zarr.open_group(cfg.store, mode="r")
+        # read back from the store: the sharded layout's block state (reading 10^6 one-cell chunks
+        # through zarr takes minutes); the block layout: the driver's count (the same reason)
+        ok_cells = int((g["state"][...] == 1).sum()) if layout != "blocks" else rep.ok
+        store_mb = sum(p.stat().st_size for p in Path(cfg.store).rglob("*") if p.is_file()) / 1e6
+    finally:
+        cluster.close()
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    n = rep.n_blocks
+    tasks = rep.tasks if layout != "blocks" else rep.submitted
+    return {"layout": layout, "rows": n, "workers": workers, "task_seconds": task_seconds or "default (30)", "cores": os.cpu_count(), "complete": rep.complete,
+            "ok_blocks": ok_cells, "tasks": tasks, "wall_s": round(wall, 2), "rows_per_s": round(n / wall, 1),
+            "tasks_per_s": round(tasks / wall, 3),
+            "driver_cpu_s": round(cpu, 2), "driver_cpu_s_per_task": round(cpu / max(tasks, 1), 4),
+            "driver_cpu_us_per_row": round(1e6 * cpu / n, 2), "driver_peak_rss_mb": round(rss, 1),
+            "store_files": files, "store_mb": round(store_mb, 1),
+            "note": "driver CPU includes the embedded scheduler (same process); 2 cores shared with "
+                    "other jobs"}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.driver")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -187,8 +255,26 @@ def main(argv=None) -> int:
     t.add_argument("--external", action="store_true", help="scheduler and workers as subprocesses")
     m = sub.add_parser("million")
     m.add_argument("--workers", type=int, default=2)
+    r = sub.add_parser("rows")
+    r.add_argument("--rows", type=int, default=10**6)
+    r.add_argument("--workers", type=int, default=4)
+    r.add_argument("--layout", choices=["sharded", "blocks"], default="sharded")
+    r.add_argument("--task-seconds", type=float, default=None)
+    r.add_argument("--out", default=None, help="add the result to this JSON file")
     a = p.parse_args(argv)
-    out = throughput(a.workers, a.blocks, a.external) if a.cmd == "throughput" else million(a.workers)
+    if a.cmd == "rows":
+        out = rows(a.rows, a.workers, a.layout, a.task_seconds)
+        if a.out:
+            import json
+
+            f = Path(a.out)
+            f.parent.mkdir(parents=True, exist_ok=True)
+            got = json.loads(f.read_text()) if f.exists() else {}
+            key = f"{a.layout}-{out['rows']}" + (f"-task{a.task_seconds:g}s" if a.task_seconds else "")
+            got[key] = out
+            f.write_text(json.dumps(got, indent=2) + "\n")
+    else:
+        out = throughput(a.workers, a.blocks, a.external) if a.cmd == "throughput" else million(a.workers)
     for k, v in out.items():
         print(f"{k:24s} {v:.4g}" if isinstance(v, float) else f"{k:24s} {v}")
     sys.stdout.flush()

@@ -44,6 +44,9 @@ def _build() -> argparse.ArgumentParser:
                         "that is not a sweeps store")
     r.add_argument("--retries", type=int, default=2, metavar="N",
                    help="Dask retries of a block after a transient error (default 2)")
+    r.add_argument("--task-seconds", type=float, default=None, metavar="S",
+                   help="target seconds of one task of a sharded store (default: the config's "
+                        "task_seconds, else 30); tasks are whole shards grouped by a cost model")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--quick", action="store_true",
                    help="run the config's quick: variant (smaller grid, its own store)")
@@ -176,7 +179,7 @@ def main(argv=None) -> int:
                             workers=args.workers, restart=args.restart, retries=args.retries,
                             progress=not args.no_progress, max_cells=args.max_cells,
                             worker_timeout=args.worker_timeout, allow_mismatch=args.allow_mismatch,
-                            takeover=args.takeover)
+                            takeover=args.takeover, task_seconds=args.task_seconds)
             if rep.submitted:
                 print(f"run {rep.run}: submitted {rep.submitted} blocks, {rep.ok} ok, {rep.failed} failed"
                       + (f", {rep.lost} lost" if rep.lost else "")

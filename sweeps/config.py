@@ -19,6 +19,12 @@ true-positive rate of any membership-inference test at each of them
 the store.  It is not a cell axis (a block spans all of it); it is part of the
 fingerprint only when given, so configs without it keep theirs.
 
+``layout:`` (``auto``, the default; ``blocks``; ``sharded``; ``{shard_blocks: N}``) chooses the
+file layout of a *new* store (:mod:`sweeps.shards`: automatic = one chunk per block up to a few
+thousand blocks, shards of many blocks written by the workers above), and ``task_seconds:``
+the target duration of one task of a sharded store (:mod:`sweeps.cost`).  Neither is part of
+the fingerprint: they change files and task sizes, not results; a resumed store keeps its layout.
+
 ``variants`` names the same method twice with different options, e.g.
 ``variants: {pld_buckets: pld}`` lets ``methods: [pld, pld_buckets]`` run
 ``pld`` with ``options.pld`` and again with ``options.pld_buckets``; the
@@ -91,7 +97,7 @@ RELATIONS = _RELATIONS
 TRUNCATED = "truncated_poisson"
 TRUNCATION_KEYS = ("batch_size", "dataset_size")
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
-            "sampling", "relation", "quick", "variants", "report") + TRUNCATION_KEYS
+            "sampling", "relation", "quick", "variants", "report", "layout", "task_seconds") + TRUNCATION_KEYS
 #: grid keys that are not cell axes: false-positive rates of the TPR metric (``tpr_lower``,
 #: ``tpr_upper``; a block spans all of them)
 GRID_EXTRA = ("fpr",)
@@ -136,6 +142,12 @@ class SweepConfig:
     #: ``sampling: truncated_poisson`` only (None otherwise): the batch cap B and the number of records n
     batch_size: int | None = None
     dataset_size: int | None = None
+    #: store layout of a new store (``layout:``; None: automatic, see :func:`sweeps.shards.choose_layout`):
+    #: "blocks", "sharded" or {"shard_blocks": N}; not in the fingerprint (it changes files, not results)
+    layout: Any = field(default=None, compare=False)
+    #: target seconds of one task of a sharded store (``task_seconds:``; None: the default of
+    #: :mod:`sweeps.cost`); not in the fingerprint
+    task_seconds: float | None = field(default=None, compare=False)
 
     def truncation(self) -> dict:
         """``{"batch_size": B, "dataset_size": n}`` when set (``truncated_poisson``), else ``{}``."""
@@ -164,6 +176,9 @@ class SweepConfig:
             **self.truncation(),
             **({"variants": dict(self.variants)} if self.variants else {}),
             **({"report": dict(self.report)} if self.report else {}),
+            # layout / task_seconds only when given (files and task sizes, not results)
+            **({"layout": self.layout} if self.layout is not None else {}),
+            **({"task_seconds": self.task_seconds} if self.task_seconds is not None else {}),
         }
 
     def fingerprint(self) -> str:
@@ -522,9 +537,32 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
             if e.field.startswith("quick"):
                 raise
             raise ConfigError(f"quick.{e.field}", e.problem) from None
+    layout = _layout(data.get("layout"))
+    task_seconds = None
+    if data.get("task_seconds") is not None:
+        task_seconds = _positive("task_seconds", data["task_seconds"])
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, variants=variants,
-                       report=report, fpr=fpr, mechanism_default=mechanism_default, **axes, **truncation)
+                       report=report, fpr=fpr, mechanism_default=mechanism_default, **axes, **truncation,
+                       layout=layout, task_seconds=task_seconds)
+
+
+def _layout(spec):
+    """The validated ``layout:`` of a config: None / "auto" (automatic), "blocks", "sharded" or
+    ``{shard_blocks: N}`` (N >= 1 blocks per shard); see :mod:`sweeps.shards`."""
+    if spec is None or spec == "auto":
+        return None
+    if spec in ("blocks", "sharded"):
+        return spec
+    if isinstance(spec, dict):
+        for k in spec:
+            if k != "shard_blocks":
+                raise ConfigError(f"layout.{k}", "unknown key (known: shard_blocks)")
+        n = spec.get("shard_blocks")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("layout.shard_blocks", f"must be an integer >= 1, got {n!r}")
+        return {"shard_blocks": n}
+    raise ConfigError("layout", f"must be auto, blocks, sharded or {{shard_blocks: N}}, got {spec!r}")
 
 
 def _truncation(data: dict, axes: dict, mechanism: str) -> dict:

@@ -7,6 +7,10 @@ spec, retries=...)``) and writes every result from the client as it arrives
 back as data (status 2 + error text); a block whose worker keeps dying ends
 as ``KilledWorker`` and is recorded the same way; the sweep goes on.
 
+A store in the sharded layout (large plans; :mod:`sweeps.shards`) is run by tasks of
+whole shards sized by a cost model (:mod:`sweeps.cost`, ``task_seconds``): the workers
+write their shards themselves and send back only a summary, which the driver counts.
+
 Cluster choice: an explicit ``client``; else ``scheduler`` (an address);
 else the Dask config / ``DASK_SCHEDULER_ADDRESS``; else an embedded
 ``LocalCluster`` (one single-threaded worker process per core; its workers get a
@@ -30,7 +34,8 @@ from pldlib import allocator
 
 from .config import SweepConfig, check_store_writable, load_config
 from .lease import HEARTBEAT, STALE_AFTER, Lease, check_store
-from .plan import DIMS, TPR_DIMS, make_plan
+from .plan import BLOCK_DIMS, DIMS, TPR_DIMS, make_plan
+from .shards import choose_layout, layout_of, read_block_var
 from .preflight import (DEFAULT_WORKER_TIMEOUT, MAX_INFLIGHT, ClusterError, check_size, check_workers,
                         estimate_config, summarize_workers)
 from .provenance import code_changes, environment
@@ -53,7 +58,8 @@ class RunReport:
     failed: int = 0              # blocks with a failed cell
     lost: int = 0                # futures cancelled / lost with the cluster (left missing)
     wall_seconds: float = 0.0
-    submitted_blocks: list = field(default_factory=list)  # block numbers
+    submitted_blocks: list = field(default_factory=list)  # block numbers (block layout only)
+    tasks: int = 0               # tasks submitted (sharded layout: groups of shards)
 
     @property
     def complete(self) -> bool:
@@ -73,8 +79,14 @@ class Progress:
         self._last_decile = -1
 
     def update(self, failed: bool = False) -> None:
-        self.done += 1
-        self.failed += bool(failed)
+        self.advance(1, int(bool(failed)))
+
+    def advance(self, n: int, failed: int = 0) -> None:
+        """``n`` more blocks finished, ``failed`` of them failed (a task of a sharded store)."""
+        if n <= 0:
+            return
+        self.done += n
+        self.failed += failed
         if not self.enabled:
             return
         decile = (10 * self.done) // self.total
@@ -274,7 +286,8 @@ def run_sweep(config: SweepConfig | str | os.PathLike, *, store: str | None = No
               retries: int = 2, progress: bool = True, stream=None, on_result=None,
               max_cells: int | None = None, worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
               allow_mismatch: bool = False, takeover: bool = False, lease_interval: float = HEARTBEAT,
-              lease_stale_after: float = STALE_AFTER, max_inflight: int | None = None) -> RunReport:
+              lease_stale_after: float = STALE_AFTER, max_inflight: int | None = None,
+              task_seconds: float | None = None) -> RunReport:
     """Run (or resume) a sweep; returns a :class:`RunReport`.
 
     Raises :class:`sweeps.config.ConfigError` / :class:`sweeps.store.StoreError`
@@ -286,19 +299,22 @@ def run_sweep(config: SweepConfig | str | os.PathLike, *, store: str | None = No
     the run is recorded as ``stalled``).  SIGTERM is handled like Ctrl-C
     (:class:`Terminated`; the run is recorded as ``interrupted``).
     ``on_result(block, result, report)`` is called after each block is
-    written (tests use it).
+    written (tests use it); in a sharded store (:mod:`sweeps.shards`) after each task, as
+    ``on_result(None, summary, report)``.  ``task_seconds``: target duration of one task of a
+    sharded store (default: the config's ``task_seconds``, else :data:`sweeps.cost.DEFAULT_TASK_SECONDS`).
     """
     with _sigterm_as_interrupt():
         return _run_sweep(config, store=store, client=client, scheduler=scheduler, workers=workers,
                           restart=restart, retries=retries, progress=progress, stream=stream,
                           on_result=on_result, max_cells=max_cells, worker_timeout=worker_timeout,
                           allow_mismatch=allow_mismatch, takeover=takeover, lease_interval=lease_interval,
-                          lease_stale_after=lease_stale_after, max_inflight=max_inflight)
+                          lease_stale_after=lease_stale_after, max_inflight=max_inflight,
+                          task_seconds=task_seconds)
 
 
 def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, progress, stream,
                on_result, max_cells, worker_timeout, allow_mismatch, takeover, lease_interval,
-               lease_stale_after, max_inflight) -> RunReport:
+               lease_stale_after, max_inflight, task_seconds=None) -> RunReport:
     stream = stream if stream is not None else sys.stderr
     t_start = time.monotonic()
     cfg = load_config(config) if not isinstance(config, SweepConfig) else config
@@ -308,11 +324,24 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
     check_store_writable(path)
     plan = make_plan(cfg)
     planned = check_store(path, plan, restart=restart)  # raises before anything is written
-    status = read_status(path) if planned == "resume" else None  # cell status before this run
-    tpr_status = read_status(path, "tpr_status") if status is not None and plan.fprs else None
-    states = (block_states(plan, status, tpr_status) if status is not None
-              else np.zeros(len(plan.blocks), np.int8))
-    n_todo = int((states != STATUS_OK).sum())
+    task_seconds = task_seconds or cfg.task_seconds
+    layout = (layout_of(read_attrs(path)) if planned == "resume"
+              else choose_layout(plan, cfg.layout, task_seconds))
+    status = tpr_status = None
+    if planned == "resume" and cfg.layout is not None and (cfg.layout == "blocks") == layout.sharded:
+        stream.write(f"sweeps: note: {path} keeps its {layout.kind} layout (the config's layout: applies to "
+                     "new stores)\n")
+    if layout.sharded:  # the block state only, never the cell status (sweeps.shards)
+        bstate = (read_block_var(path, "state") if planned == "resume"
+                  else np.zeros(tuple(plan.shape[d] for d in BLOCK_DIMS), np.int8))
+        states = None
+        n_todo = int((bstate != STATUS_OK).sum())
+    else:
+        status = read_status(path) if planned == "resume" else None  # cell status before this run
+        tpr_status = read_status(path, "tpr_status") if status is not None and plan.fprs else None
+        states = (block_states(plan, status, tpr_status) if status is not None
+                  else np.zeros(len(plan.blocks), np.int8))
+        n_todo = int((states != STATUS_OK).sum())
     report = RunReport(store=path, action=planned, n_blocks=len(plan.blocks),
                        already_done=len(plan.blocks) - n_todo)
 
@@ -354,14 +383,20 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
                                     allow_mismatch=allow_mismatch, say=say)
         if planned == "restart":
             claim = claim_restart(path, lease)
-        report.action = claim.build(plan) if claim is not None else "resumed"
+        report.action = claim.build(plan, layout) if claim is not None else "resumed"
         say(f"{cfg.name}: {len(plan.blocks)} blocks x {plan.cells_per_block} cells, store {path} "
             f"({report.action}); {report.already_done} done, {n_todo} to compute")
-        todo = (b for b in plan.blocks if states[b.number] != STATUS_OK)  # lazy: one Block at a time
-        _submit_and_write(client, where, plan, todo, n_todo, (status, tpr_status), report, retries=retries, say=say,
-                          bar=Progress(n_todo, stream=stream, enabled=progress), on_result=on_result,
-                          lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
-                          worker_timeout=worker_timeout, max_inflight=max_inflight)
+        if layout.sharded:
+            _run_sharded(client, where, plan, layout, bstate, report, retries=retries, say=say,
+                         bar=Progress(n_todo, stream=stream, enabled=progress), on_result=on_result,
+                         lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
+                         worker_timeout=worker_timeout, max_inflight=max_inflight, task_seconds=task_seconds)
+        else:
+            todo = (b for b in plan.blocks if states[b.number] != STATUS_OK)  # lazy: one Block at a time
+            _submit_and_write(client, where, plan, todo, n_todo, (status, tpr_status), report, retries=retries,
+                              say=say, bar=Progress(n_todo, stream=stream, enabled=progress), on_result=on_result,
+                              lease=lease, env={"driver": driver_env, "workers": summarize_workers(worker_envs)},
+                              worker_timeout=worker_timeout, max_inflight=max_inflight)
     except BaseException as e:
         claim = claim if claim is not None else (claimed[0] if claimed else None)
         if claim is None:
@@ -422,14 +457,51 @@ def _lost_message(lost: str, path: str, store_id, run: int) -> str:
     return f"{lost}; this driver stops and writes nothing more; {kept}"
 
 
-def _inflight_limit(client, max_inflight):
+def _inflight_limit(client, max_inflight, cap: int | None = MAX_INFLIGHT):
+    """Tasks kept in flight: ``max_inflight`` if given, else 4 per worker thread (at least 16),
+    at most ``cap`` (the block layout's one-row tasks; None for the sharded layout, whose tasks
+    last tens of seconds: its driver holds one future per task, so 10,000 workers get 40,000)."""
     if max_inflight:
         return int(max_inflight)
     try:
         threads = sum(client.nthreads().values())
     except Exception:
         threads = 1
-    return max(16, min(MAX_INFLIGHT, 4 * threads))
+    n = max(16, 4 * threads)
+    return n if cap is None else min(cap, n)
+
+
+class _WorkerWatch:
+    """Once a second, which workers the cluster has: a note when one leaves (Dask runs its
+    unfinished ``what`` again on the others), and :class:`ClusterError` (the run recorded as
+    ``stalled``) after ``worker_timeout`` s with no worker and no progress."""
+
+    def __init__(self, client, where: str, say, worker_timeout: float, what: str):
+        self.client, self.where, self.say, self.timeout, self.what = client, where, say, worker_timeout, what
+        self.seen = _workers(client) or {}
+        self.next_check = 0.0
+        self.none_since = None
+
+    def check(self, last_progress: float, record: dict, pending) -> None:
+        now = time.monotonic()
+        if now < self.next_check:
+            return
+        self.next_check = now + 1.0
+        current = _workers(self.client)
+        nw = len(current) if current is not None else 0
+        if current is not None:
+            for addr in sorted(set(self.seen) - set(current)):
+                self.say(f"note: worker {self.seen[addr]} left the cluster ({nw} left); "
+                         f"Dask runs its unfinished {self.what} again on the others")
+            self.seen = current
+        if nw:
+            self.none_since = None
+            return
+        self.none_since = self.none_since or now
+        if now - self.none_since > self.timeout and now - last_progress > self.timeout:
+            record["state"] = "stalled"
+            raise ClusterError(f"no workers on {self.where} and no progress for {self.timeout:.0f} s "
+                               f"(--worker-timeout); {pending()}", exit_code=1)
 
 
 def _previous_env(runs: list) -> tuple[int, dict] | None:
@@ -506,10 +578,8 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
         report.submitted += len(new)
 
     last_progress = time.monotonic()
-    no_workers_since = None
-    next_check = 0.0
     store_id = attrs.get("store_id") or attrs.get("created")
-    seen = _workers(client) or {}
+    watch = _WorkerWatch(client, where, say, worker_timeout, "blocks")
 
     def check_lease():
         if lease.lost:
@@ -519,26 +589,9 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
         fill()
         while futures:
             check_lease()  # every round: a driver that lost the store must not write into it
-            now = time.monotonic()
-            if now >= next_check:  # once a second: which workers are there
-                next_check = now + 1.0
-                current = _workers(client)
-                nw = len(current) if current is not None else 0
-                if current is not None:
-                    for addr in sorted(set(seen) - set(current)):
-                        say(f"note: worker {seen[addr]} left the cluster ({nw} left); "
-                            "Dask runs its unfinished blocks again on the others")
-                    seen = current
-                if nw:
-                    no_workers_since = None
-                else:
-                    no_workers_since = no_workers_since or now
-                    if now - no_workers_since > worker_timeout and now - last_progress > worker_timeout:
-                        record["state"] = "stalled"
-                        raise ClusterError(f"no workers on {where} and no progress for {worker_timeout:.0f} s "
-                                           f"(--worker-timeout); {len(futures)} blocks in flight, "
-                                           f"{n_todo - report.ok - report.failed - report.lost} unfinished "
-                                           "(finished blocks are saved; run again to resume)", exit_code=1)
+            watch.check(last_progress, record, lambda: (
+                f"{len(futures)} blocks in flight, {n_todo - report.ok - report.failed - report.lost} unfinished "
+                "(finished blocks are saved; run again to resume)"))
             batch = ac.next_batch(block=False) if not ac.is_empty() else []
             if not batch:
                 time.sleep(0.01)
@@ -617,3 +670,190 @@ def _record_end(path, record, report) -> None:
         extra["finished"] = record["finished"]
         extra["complete"] = report.already_done + report.ok == report.n_blocks
     update_attrs(path, runs=json.dumps(runs), **extra)
+
+
+def _run_sharded(client, where, plan, layout, bstate, report, *, retries, say, bar, on_result, lease, env,
+                 worker_timeout, max_inflight, task_seconds):
+    """The sharded layout (:mod:`sweeps.shards`): group the shards left to do into tasks of about
+    ``task_seconds`` (:mod:`sweeps.cost`), submit :func:`sweeps.shards.run_task` per task (the
+    workers write their shards), track only the summaries.  A failed task is split into one
+    task per shard; a failed one-shard task is run block by block (:func:`sweeps.methods.run_block`)
+    and that shard written here.  ``bstate``: the block state before this run (block dims)."""
+    from distributed import CancelledError, as_completed
+
+    from . import shards as SH
+    from .cost import DEFAULT_TASK_SECONDS, CostModel, group_tasks
+    from .methods import run_block
+
+    path = plan.config.store
+    attrs = read_attrs(path)
+    store_id = attrs.get("store_id") or attrs.get("created")
+    SH.check_workers_write(client, path, store_id)  # the workers write the store: can they?
+    runs = json.loads(attrs.get("runs", "[]"))
+    for r in runs:  # we hold the lease: a run still "running" lost its driver
+        if r.get("state") == "running":
+            r["state"] = "abandoned"
+    report.run = len(runs) + 1
+    lease.set_run(report.run)
+    driver = env["driver"]
+    fresh = report.action in ("created", "restarted")
+    n_todo = int((bstate != SH.STATE_DONE).sum())
+    record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
+              "submitted": n_todo, "ok": 0, "failed": 0, "lost": 0, "where": where,
+              "pldlib_version": driver["pldlib"], "layout": "sharded",
+              "driver": {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": lease.info.get("pid_start")},
+              "provenance": env}
+    prev_env = _previous_env(runs)
+    if prev_env is not None:
+        changes = code_changes(prev_env[1], driver)
+        if changes:
+            say(f"warning: the code differs from run {prev_env[0]} of this store: " + "; ".join(changes))
+    elif attrs.get("pldlib_version") not in (None, driver["pldlib"]):
+        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {driver['pldlib']}")
+    model = CostModel.from_json(attrs.get("cost_model"))
+    if not fresh:  # refit the cost model to what the store's done blocks took
+        try:
+            model = SH.refit_model(plan, model, bstate, read_block_var(path, "block_seconds"))
+        except Exception as e:  # a model is an estimate: never a reason to stop
+            say(f"note: cost model not refitted ({type(e).__name__}: {e})")
+    update_attrs(path, runs=json.dumps(runs + [record]), started=attrs.get("started") or record["started"],
+                 provenance=json.dumps(env), cost_model=model.to_json())
+    grid = SH.ShardGrid(tuple(plan.shape[d] for d in BLOCK_DIMS), layout.shard)
+    costs, counts = SH.shard_costs(plan, grid, model, bstate != SH.STATE_DONE)
+    live = np.nonzero(counts)[0]
+    target = float(task_seconds or DEFAULT_TASK_SECONDS)
+    groups = group_tasks(costs[live], target, min_tasks=SH.suggest_min_tasks(client))
+    ctx = SH.task_context(plan, layout, store_id, report.run, fresh, lease.info.get("token"))
+    # work items: ("task", [shard ids]) or ("block", shard id, position in its box)
+    queue = [("task", [int(live[i]) for i in g]) for g in groups]
+    queue.reverse()  # pop() from the end: heaviest first
+    report.tasks = len(queue)
+    report.submitted = n_todo
+    est = float(costs[live].sum()) if len(live) else 0.0
+    say(f"run {report.run}: {n_todo} blocks in {len(queue)} tasks ({len(live)} shards of up to "
+        f"{layout.shard_blocks} blocks; target {target:g} s per task, ~{est:.3g} s of work expected) to {where}")
+    arrays = None  # the driver's own view of the store (only for shards it writes itself)
+    pending: dict = {}  # shard id -> {"prev", "todo", "results"} of a shard run block by block
+    futures = {}
+    limit = _inflight_limit(client, max_inflight, cap=None)
+    ac = as_completed()
+    rank = 0
+    n_items = len(queue)
+
+    def fill():
+        nonlocal rank
+        new = []
+        while queue and len(futures) + len(new) < limit:
+            new.append(queue.pop())
+        if not new:
+            return
+        salt = os.urandom(4).hex()
+        specs, keys = [], []
+        for i, it in enumerate(new):
+            if it[0] == "task":
+                specs.append({"task": rank + i, "shards": it[1], "ctx": ctx})
+                keys.append(f"sweeps-task-{rank + i}-{salt}")
+            else:
+                box = grid.box(it[1])
+                idx = tuple(sl.start + p for sl, p in zip(box, it[2]))
+                specs.append(SH.block_spec(ctx, idx))
+                keys.append(f"sweeps-shardblock-{it[1]}-{'-'.join(map(str, it[2]))}-{salt}")
+        for it, spec, key in zip(new, specs, keys):
+            fn = SH.run_task if it[0] == "task" else run_block
+            fut = client.submit(fn, spec, key=key, pure=False, retries=retries, priority=max(1, n_items - rank))
+            futures[fut] = it
+            ac.add(fut)
+        rank += len(new)
+
+    last_progress = time.monotonic()
+    watch = _WorkerWatch(client, where, say, worker_timeout, "tasks")
+
+    def check_lease():
+        if lease.lost:
+            raise StoreError(_lost_message(lease.lost, path, store_id, report.run))
+
+    try:
+        fill()
+        while futures:
+            check_lease()
+            watch.check(last_progress, record, lambda: (
+                f"{len(futures)} tasks in flight, {n_todo - report.ok - report.failed - report.lost} blocks "
+                "unfinished (finished shards are saved; run again to resume)"))
+            batch = ac.next_batch(block=False) if not ac.is_empty() else []
+            if not batch:
+                time.sleep(0.01)
+                continue
+            for fut in batch:
+                it = futures[fut]
+                if fut.status in ("pending", "lost"):
+                    ac.add(fut)
+                    continue
+                futures.pop(fut)
+                last_progress = time.monotonic()
+                exc = None
+                try:
+                    result = fut.result()
+                except CancelledError:
+                    result = None
+                    n = (int(sum(counts[s] for s in it[1])) if it[0] == "task" else 1)
+                    report.lost += n
+                    bar.advance(n, n)
+                    continue
+                except Exception as e:
+                    exc = e
+                    result = None
+                finally:
+                    fut.release()
+                if it[0] == "task":
+                    if exc is None:
+                        report.ok += result["ok"]
+                        report.failed += result["failed"]
+                        bar.advance(result["ok"] + result["failed"], result["failed"])
+                        if on_result is not None:
+                            on_result(None, result, report)
+                    elif len(it[1]) > 1:  # one of its blocks kills workers (or keeps failing): split it
+                        queue.extend(("task", [s]) for s in reversed(it[1]))
+                    else:  # a one-shard task: run its blocks one by one, write the shard here
+                        sid = it[1][0]
+                        check_lease()
+                        if arrays is None:
+                            arrays = SH._Arrays(path)
+                        prev, todo = SH.shard_todo(arrays, ctx, sid)
+                        say(f"note: a task of {len(todo)} blocks failed ({type(exc).__name__}); "
+                            "running them one by one")
+                        if not todo:
+                            continue
+                        pending[sid] = {"prev": prev, "todo": len(todo), "results": {}}
+                        queue.extend(("block", sid, p) for p in reversed(todo))
+                else:
+                    sid, pos = it[1], it[2]
+                    if exc is not None:
+                        if type(exc).__name__ == "KilledWorker":
+                            what = "the worker process died every time this block ran"
+                        else:
+                            what = f"transient error persisted after {retries} retries"
+                        result = {"eps_lower": None, "eps_upper": None, "failed": None, "seconds": None,
+                                  "error": f"{what}: {type(exc).__name__}: {exc}", "host": "",
+                                  "finished_at": time.time()}
+                    ps = pending[sid]
+                    ps["results"][pos] = result
+                    if len(ps["results"]) == ps["todo"]:
+                        check_lease()
+                        got = SH.write_shard(arrays, ctx, grid.box(sid), ps["results"], ps["prev"])
+                        del pending[sid]
+                        report.ok += got["ok"]
+                        report.failed += got["failed"]
+                        bar.advance(got["ok"] + got["failed"], got["failed"])
+                        if on_result is not None:
+                            on_result(None, dict(got, shards=1, task=None), report)
+            fill()
+        record["state"] = "finished"
+    except BaseException:
+        if record["state"] == "running":
+            record["state"] = "interrupted"
+        raise
+    finally:
+        for fut in futures:
+            fut.cancel()
+        if not lease.lost:
+            _record_end(path, record, report)

@@ -379,10 +379,13 @@ def prepare_store(path: str, plan: Plan, restart: bool = False, action: str | No
 
     ``action``: the result of :func:`check_store` if already known.
     """
+    from .shards import choose_layout
+
     action = action or check_store(path, plan, restart)
     if action == "resume":
         return "resumed"
+    layout = choose_layout(plan, plan.config.layout, plan.config.task_seconds)
     if action == "restart":
-        return claim_restart(path).build(plan)
-    create_skeleton(path, plan)
+        return claim_restart(path).build(plan, layout)
+    create_skeleton(path, plan, layout)
     return "created"

@@ -6,7 +6,9 @@ the whole ``steps`` and ``delta`` axes: the worker builds one accountant per
 steps value and asks it for all deltas in one vectorised call, so the work
 that cells share is shared.  The zarr chunks are chosen to be exactly the
 blocks (size 1 along the block dimensions, full along steps and delta), so
-each block writes exactly one chunk of every variable: one writer per chunk.
+each block writes exactly one chunk of every variable: one writer per chunk.  In the
+sharded layout (:mod:`sweeps.shards`) those chunks are the inner chunks of shards that
+hold boxes of many blocks, and one task writes whole shards.
 """
 from __future__ import annotations
 

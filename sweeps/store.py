@@ -39,6 +39,25 @@ arrays opened once per run -- data variables first, then ``status``/``run``
 as the commit marker, so a driver killed between the two leaves the block
 "missing", never "ok" with stale numbers.
 
+That is the *block layout*, a new store's layout up to a few thousand blocks.  Larger
+plans (or ``layout: sharded`` / ``layout: {shard_blocks: N}`` in the config) get the
+*sharded layout* (:mod:`sweeps.shards`), recorded in the attr ``layout`` (JSON; absent: the
+block layout):
+
+* the same variables and dims, and the same inner chunks (one block), but every cell
+  variable is a zarr format 3 sharded array (sharding codec, uncompressed inner chunks)
+  whose shard is a box of many blocks along the block dims (e.g. a run of consecutive q
+  values): one file per shard, not per block;
+* block variables have one plain chunk per shard box, and two more of them exist:
+  ``state`` (int8: 0 missing, 1 done -- every cell ok or unsupported --, 2 failed or
+  partial) and ``block_seconds`` (float64, the block's compute time);
+* attr ``cost_model`` (JSON, :mod:`sweeps.cost`): the per-row cost model the tasks were
+  sized with, refitted from ``block_seconds`` on every resume;
+* the *workers* write (one task = whole shards; no two tasks write one file): per shard the
+  data variables, then ``status``/``tpr_status``, then ``state`` and ``run`` as the commit,
+  every file through a temporary file and ``os.replace``; a resumed run reads only
+  ``state`` (never the cell ``status`` array) to find the work left.
+
 Creating a store is exclusive (:func:`claim_new`): the driver makes the store
 folder and, as the one exclusive step, its creation marker
 ``sweeps.creating.json`` (``O_CREAT | O_EXCL``; it names the driver: host,
@@ -82,6 +101,8 @@ STATUS_CODES = ("0 = missing (not computed yet), 1 = ok, 2 = failed (see the blo
                 "3 = unsupported (the method does not handle this combination; see the block's error)")
 CELL_VARS = ("eps_lower", "eps_upper", "eps_estimate", "seconds", "status")
 BLOCK_VARS = ("error", "run", "finished_at", "host")
+#: block variables of the sharded layout only (:mod:`sweeps.shards`)
+SHARD_BLOCK_VARS = ("state", "block_seconds")
 #: variables of the TPR metric (dims :data:`sweeps.plan.TPR_DIMS`; only with ``grid.fpr``)
 TPR_VARS = ("tpr_lower", "tpr_upper", "tpr_status")
 
@@ -167,7 +188,7 @@ def open_dataset(path: str):
         return fmt.open_dataset(path)
 
 
-def _template(plan: Plan, attrs: dict):
+def _template(plan: Plan, attrs: dict, sharded: bool = False):
     import dask.array as da
     import xarray as xr
 
@@ -210,6 +231,13 @@ def _template(plan: Plan, attrs: dict):
         "host": (BLOCK_DIMS, da.full(bshape, "", chunks=bchunks, dtype=STR),
                  {"long_name": "worker (host:pid) that computed the block"}),
     }
+    if sharded:  # the block state a resumed run reads instead of the cell status (sweeps.shards)
+        data["state"] = (BLOCK_DIMS, da.zeros(bshape, chunks=bchunks, dtype=np.int8),
+                         {"long_name": "block state", "flag_values": [0, 1, 2],
+                          "flag_meanings": "missing done failed",
+                          "codes": "0 = missing, 1 = done (every cell ok or unsupported), 2 = failed or partial"})
+        data["block_seconds"] = (BLOCK_DIMS, da.full(bshape, np.nan, chunks=bchunks, dtype=np.float64),
+                                 {"long_name": "compute time of the block", "unit": "seconds"})
     if plan.fprs:
         coords["fpr"] = np.array(plan.fprs, dtype=np.float64)
         tshape = tuple(plan.shape[d] if d != "fpr" else len(plan.fprs) for d in TPR_DIMS)
@@ -235,8 +263,12 @@ def _template(plan: Plan, attrs: dict):
     return ds
 
 
-def _skeleton(plan: Plan):
-    """``(dataset, encoding)`` of the empty store of ``plan`` (metadata + coordinates only)."""
+def _skeleton(plan: Plan, layout=None):
+    """``(dataset, encoding)`` of the empty store of ``plan`` (metadata + coordinates only) in
+    ``layout`` (a :class:`sweeps.shards.Layout`, chosen by :func:`sweeps.shards.choose_layout`;
+    None: the block layout)."""
+    from .cost import CostModel
+
     cfg = plan.config
     from .provenance import package_version
 
@@ -260,11 +292,24 @@ def _skeleton(plan: Plan):
         "n_blocks": len(plan.blocks),
         "cells_per_block": plan.cells_per_block,
     }
-    ds = _template(plan, attrs)
+    sharded = layout is not None and layout.sharded
+    if sharded:
+        attrs["layout"] = layout.to_attr()
+        attrs["cost_model"] = CostModel().to_json()
+    ds = _template(plan, attrs, sharded=sharded)
     zchunks = tuple(plan.chunks[d] for d in DIMS)
     tchunks = tuple(len(plan.fprs) if d == "fpr" else plan.chunks[d] for d in TPR_DIMS)
     encoding = {v: {"chunks": zchunks if v in CELL_VARS else tchunks if v in TPR_VARS else (1,) * len(BLOCK_DIMS)}
                 for v in _vars(plan)}
+    if sharded:  # inner chunk = one block; a shard = a box of blocks (sweeps.shards)
+        box = dict(zip(BLOCK_DIMS, layout.shard))
+        for v in _vars(plan) + SHARD_BLOCK_VARS:
+            dims = _dims(v) if v not in SHARD_BLOCK_VARS else BLOCK_DIMS
+            if v in CELL_VARS or v in TPR_VARS:
+                shards = tuple(box.get(d, c) for d, c in zip(dims, encoding[v]["chunks"]))
+                encoding[v] = {"chunks": encoding[v]["chunks"], "shards": shards, "compressors": None}
+            else:
+                encoding[v] = {"chunks": tuple(box[d] for d in BLOCK_DIMS)}
     return ds, encoding
 
 
@@ -396,11 +441,11 @@ class Claim:
             fs, p = _fs(_join(self.path, CREATING_NAME))
             fs.rm(p)
 
-    def build(self, plan: Plan) -> str:
+    def build(self, plan: Plan, layout=None) -> str:
         """Write the skeleton of ``plan`` into the claimed store, then drop the marker;
         returns 'created' or 'restarted'.  Local stores: built in a hidden folder inside the
         store and moved into place, the format's own metadata (zarr: ``zarr.json``) last."""
-        ds, encoding = _skeleton(plan)
+        ds, encoding = _skeleton(plan, layout)
         fmt = format_for(self.path)
         try:
             if _is_local(self.path):
@@ -562,13 +607,13 @@ def claim_restart(path: str, lease=None) -> Claim:
     return Claim(path, info, False, lease)
 
 
-def create_skeleton(path: str, plan: Plan) -> None:
+def create_skeleton(path: str, plan: Plan, layout=None) -> None:
     """Create the store of ``plan`` at ``path`` (no data chunks): :func:`claim_new` +
     :meth:`Claim.build`.  Raises :class:`StoreError` when ``path`` is taken."""
     claim = claim_new(path)
     if claim is None:
         raise StoreError(f"cannot create {path!r}: another driver is creating it, or it is not empty")
-    claim.build(plan)
+    claim.build(plan, layout)
 
 
 def _check_layout(path: str, plan: Plan) -> None:
