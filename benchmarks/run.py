@@ -563,6 +563,44 @@ def bench_sweeps(ctx: Context) -> str:
             + md_table(["run", "cells", "seconds", "cells / s"], rows) + note)
 
 
+@section("driver_scale", "The sweep driver at scale: 10^6 trivial rows, and 1,000-10,000 simulated workers")
+def bench_driver_scale(ctx: Context) -> str:
+    """Renders the measurements of ``python -m benchmarks.driver rows`` (results/driver/rows.json:
+    each run takes minutes, so they are run on their own) and the summary of the simulation
+    (results/driver/SIMULATION.md, ``python -m benchmarks.driver_sim``)."""
+    src = ROOT / "results" / "driver" / "rows.json"
+    if not src.exists():
+        return "No measurement yet: run `python -m benchmarks.driver rows --rows 1000000 --out results/driver/rows.json`."
+    runs = json.loads(src.read_text())
+    rows = []
+    for key, e in runs.items():
+        if not isinstance(e, dict) or "rows" not in e:
+            continue
+        rows.append([f"{e['layout']}, {e['rows']:,} rows, task target {e.get('task_seconds')}", f"{e['tasks']:,}",
+                     f"{e['wall_s']:.1f}", f"{e['rows_per_s']:,.0f}", f"{e['tasks_per_s']:.2f}",
+                     f"{e['driver_cpu_s']:.1f}", f"{1e3 * e['driver_cpu_s_per_task']:.1f}",
+                     f"{e['driver_cpu_us_per_row']:,.1f}", f"{e['driver_peak_rss_mb']:.0f}", f"{e['store_files']:,}"])
+    text = ["Trivial one-cell rows (a test-only method that does no accounting) end to end through "
+            "`sweeps run` on an embedded cluster of 3 single-threaded worker processes on 2 shared cores "
+            "(`python -m benchmarks.driver rows`). Driver CPU includes the embedded scheduler, which runs in "
+            "the driver's process. In the block layout every row is a task and the driver writes it; in the "
+            "sharded layout a task is whole shards of rows, grouped by the cost model to a target duration, "
+            "and the workers write them.", "",
+            md_table(["run", "tasks", "wall s", "rows/s", "tasks/s", "driver CPU s", "driver CPU ms/task",
+                      "driver CPU us/row", "driver peak RSS MB", "files in the store"], rows), ""]
+    sim = ROOT / "results" / "driver" / "SIMULATION.md"
+    if sim.exists():
+        body = sim.read_text()
+        i = body.find("## Summary")
+        j = body.find("\n## ", i + 5)
+        if i >= 0:
+            text += ["The simulation of the cluster atlas (1,822,080 rows; measured row costs and driver costs, "
+                     "assumed scheduler costs; every assumption in `results/driver/SIMULATION.md`):", "",
+                     body[i + len("## Summary"): j if j > 0 else None].strip()]
+    ctx.data["driver_scale"] = runs
+    return "\n".join(text)
+
+
 def _load_extra_sections() -> None:
     """Sections defined in other modules (benchmarks.speed) register into ``benchmarks.run``;
     run as ``python -m benchmarks.run`` this file is ``__main__``, so copy them over."""
@@ -623,7 +661,11 @@ def run(names: list[str], repeat: int, out: Path) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(parts))
     jpath = out.with_name("benchmarks.json")
-    jpath.write_text(json.dumps({"machine": dict(info), "repeat": repeat, "sections": ctx.data},
+    try:  # (sections not re-run keep their data, as their text above)
+        data = {**json.loads(jpath.read_text()).get("sections", {}), **ctx.data}
+    except (OSError, ValueError, AttributeError):
+        data = ctx.data
+    jpath.write_text(json.dumps({"machine": dict(info), "repeat": repeat, "sections": data},
                                 indent=1, default=float))
     print(f"[bench] wrote {out} and {jpath}")
     return 1 if failed else 0
