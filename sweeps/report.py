@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .plan import BLOCK_DIMS, DIMS, TPR_DIMS
+from .shards import layout_of, read_cell_var
 from .store import (STATUS_DONE, STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, StoreError,
                     open_dataset)
 
@@ -70,11 +71,16 @@ def status_summary(path: str) -> dict:
     ds = open_dataset(path)
     if "sweeps_fingerprint" not in ds.attrs:
         raise StoreError(f"{path!r} is not a sweeps store")
-    st = ds["status"].transpose(*DIMS).values
+    sharded = layout_of(ds.attrs).sharded
+    # (a sharded store's cell variables read shard file by shard file: zarr decodes them inner
+    # chunk by inner chunk, minutes for a million blocks)
+    cell = (lambda v: read_cell_var(path, v)) if sharded else (lambda v: ds[v].values)
+    st = cell("status") if tuple(ds["status"].dims) == DIMS else ds["status"].transpose(*DIMS).values
     # block state: reduce over steps and delta
     b = st.reshape(st.shape[0], st.shape[1], -1, *st.shape[4:]) if st.size else st
     allok = np.isin(b, STATUS_DONE).all(axis=2)  # ok or unsupported: final answers
-    tst = ds["tpr_status"].transpose(*TPR_DIMS).values if "tpr_status" in ds else None
+    tst = ((cell("tpr_status") if tuple(ds["tpr_status"].dims) == TPR_DIMS
+            else ds["tpr_status"].transpose(*TPR_DIMS).values) if "tpr_status" in ds else None)
     if tst is not None and tst.size:  # the TPR cells of a block must be final answers too
         tb = tst.reshape(tst.shape[0], tst.shape[1], -1, *tst.shape[4:])
         allok &= np.isin(tb, STATUS_DONE).all(axis=2)
@@ -90,7 +96,7 @@ def status_summary(path: str) -> dict:
     for idx in zip(*np.nonzero((~allok & ~allmiss) | allunsup)):
         label = " ".join(f"{d}={_fmt_coord(ds, d, i)}" for d, i in zip(BLOCK_DIMS, idx))
         (unsupported if allunsup[idx] else errors).append((label, str(errs[idx])))
-    secs = ds["seconds"].values
+    secs = cell("seconds")
     return {
         "store": path,
         "name": ds.attrs.get("title", "").removeprefix("sweeps: "),

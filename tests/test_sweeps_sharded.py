@@ -369,3 +369,22 @@ def test_task_of_a_driver_that_lost_the_store_writes_nothing(tmp_path):
     (tmp_path / "sweeps.lease.json").unlink()  # released: the driver stopped
     with pytest.raises(NotOurStore):
         check_owner({"store": str(tmp_path), "run": 3, "lease_token": "abc"})
+
+
+
+def test_whole_cell_variables_read_shard_by_shard_equal_zarr(pair):
+    """read_cell_var (what ``sweeps status`` reads a sharded store's cells with) returns what zarr
+    reads; the status summary of the sharded store equals the block layout's."""
+    import zarr
+
+    from sweeps.report import status_summary
+    from sweeps.shards import read_cell_var
+
+    cb, _rb, cs, _rs = pair
+    blocks, sharded = cb.store, cs.store
+    g = zarr.open_group(sharded, mode="r")
+    for var in ("status", "eps_upper", "seconds"):
+        np.testing.assert_array_equal(read_cell_var(sharded, var), np.asarray(g[var][...]))
+    a, b = status_summary(blocks), status_summary(sharded)
+    for k in ("blocks", "cells", "errors", "unsupported", "shape"):
+        assert a[k] == b[k], k
