@@ -472,9 +472,10 @@ def _inflight_limit(client, max_inflight, cap: int | None = MAX_INFLIGHT):
 
 
 class _WorkerWatch:
-    """Once a second, which workers the cluster has: a note when one leaves (Dask runs its
-    unfinished ``what`` again on the others), and :class:`ClusterError` (the run recorded as
-    ``stalled``) after ``worker_timeout`` s with no worker and no progress."""
+    """Once a second (every n/1,000 s with n workers), which workers the cluster has: a note
+    when one leaves (Dask runs its unfinished ``what`` again on the others), and
+    :class:`ClusterError` (the run recorded as ``stalled``) after ``worker_timeout`` s with no
+    worker and no progress."""
 
     def __init__(self, client, where: str, say, worker_timeout: float, what: str):
         self.client, self.where, self.say, self.timeout, self.what = client, where, say, worker_timeout, what
@@ -486,8 +487,9 @@ class _WorkerWatch:
         now = time.monotonic()
         if now < self.next_check:
             return
-        self.next_check = now + 1.0
         current = _workers(self.client)
+        # (the answer lists every worker: at 10,000 workers ask every 10 s, not every second)
+        self.next_check = now + max(1.0, len(current or ()) / 1000.0)
         nw = len(current) if current is not None else 0
         if current is not None:
             for addr in sorted(set(self.seen) - set(current)):
