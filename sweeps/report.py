@@ -11,8 +11,8 @@ import numpy as np
 
 from .plan import BLOCK_DIMS, DIMS, TPR_DIMS
 from .shards import layout_of, read_cell_var
-from .store import (STATUS_DONE, STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, StoreError,
-                    open_dataset)
+from .store import (CELL_VARS, STATUS_DONE, STATUS_FAILED, STATUS_MISSING, STATUS_OK, STATUS_UNSUPPORTED, TPR_VARS,
+                    StoreError, open_dataset)
 
 __all__ = ["SelectionError", "parse_sel", "apply_sel", "status_summary", "status_text",
            "show_text", "summary_table", "plot_store", "fmt_interval"]
@@ -66,21 +66,29 @@ def apply_sel(ds, sel: dict):
     return ds
 
 
+
+def _open(path: str):
+    """The sweep's Dataset (:func:`sweeps.store.open_dataset`), a local sharded store's cell
+    variables read shard file by shard file (:func:`sweeps.shards.read_cell_var`: zarr decodes
+    a sharded array inner chunk by inner chunk, minutes for a million blocks; same values)."""
+    ds = open_dataset(path)
+    if layout_of(ds.attrs).sharded and "://" not in str(path):
+        for v in (*CELL_VARS, *TPR_VARS):
+            if v in ds:
+                ds[v] = (ds[v].dims, read_cell_var(path, v), ds[v].attrs)
+    return ds
+
 # -- status -----------------------------------------------------------------------
 def status_summary(path: str) -> dict:
-    ds = open_dataset(path)
+    ds = _open(path)
     if "sweeps_fingerprint" not in ds.attrs:
         raise StoreError(f"{path!r} is not a sweeps store")
-    sharded = layout_of(ds.attrs).sharded
-    # (a sharded store's cell variables read shard file by shard file: zarr decodes them inner
-    # chunk by inner chunk, minutes for a million blocks)
-    cell = (lambda v: read_cell_var(path, v)) if sharded else (lambda v: ds[v].values)
-    st = cell("status") if tuple(ds["status"].dims) == DIMS else ds["status"].transpose(*DIMS).values
+    # (_open reads a sharded store's cell variables shard file by shard file)
+    st = ds["status"].transpose(*DIMS).values
     # block state: reduce over steps and delta
     b = st.reshape(st.shape[0], st.shape[1], -1, *st.shape[4:]) if st.size else st
     allok = np.isin(b, STATUS_DONE).all(axis=2)  # ok or unsupported: final answers
-    tst = ((cell("tpr_status") if tuple(ds["tpr_status"].dims) == TPR_DIMS
-            else ds["tpr_status"].transpose(*TPR_DIMS).values) if "tpr_status" in ds else None)
+    tst = ds["tpr_status"].transpose(*TPR_DIMS).values if "tpr_status" in ds else None
     if tst is not None and tst.size:  # the TPR cells of a block must be final answers too
         tb = tst.reshape(tst.shape[0], tst.shape[1], -1, *tst.shape[4:])
         allok &= np.isin(tb, STATUS_DONE).all(axis=2)
@@ -96,7 +104,7 @@ def status_summary(path: str) -> dict:
     for idx in zip(*np.nonzero((~allok & ~allmiss) | allunsup)):
         label = " ".join(f"{d}={_fmt_coord(ds, d, i)}" for d, i in zip(BLOCK_DIMS, idx))
         (unsupported if allunsup[idx] else errors).append((label, str(errs[idx])))
-    secs = cell("seconds")
+    secs = ds["seconds"].values
     return {
         "store": path,
         "name": ds.attrs.get("title", "").removeprefix("sweeps: "),
@@ -213,7 +221,7 @@ def _combos(ds, dims):
 
 def show_text(path: str, sel: dict | None = None, max_tables: int = 50) -> str:
     """Tables of ``[eps_lower, eps_upper]``, steps x delta, one per remaining combination."""
-    ds = apply_sel(open_dataset(path), sel or {})
+    ds = apply_sel(_open(path), sel or {})
     other = [d for d in DIMS if d not in ("steps", "delta")]
     combos = list(_combos(ds, other))
     lines = []
@@ -254,7 +262,7 @@ def show_text(path: str, sel: dict | None = None, max_tables: int = 50) -> str:
 
 def summary_table(path: str, delta: float | None = None) -> str:
     """One compact table: rows = sigma (x q x the other block dims), columns = steps, at one delta."""
-    ds = open_dataset(path)
+    ds = _open(path)
     deltas = np.asarray(ds.indexes["delta"], dtype=float)
     j = 0 if delta is None else int(np.argmin(np.abs(np.log(deltas) - np.log(delta))))
     sub = ds.isel(delta=j)
@@ -293,7 +301,7 @@ def plot_store(path: str, sel: dict | None = None, out: str | None = None, max_p
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-    ds = apply_sel(open_dataset(path), sel or {})
+    ds = apply_sel(_open(path), sel or {})
     out = out or default_plot_path(path)
     other = [d for d in DIMS if d not in ("steps", "delta")]
     varying = [d for d in other if ds.sizes[d] > 1]

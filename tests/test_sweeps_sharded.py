@@ -404,3 +404,16 @@ def test_a_lookup_from_a_sharded_store_equals_the_block_stores(pair):
             assert (x == y) or (x != x and y != y)
             found += x == x
     assert b.reads == a.reads and found >= 3
+
+
+
+def test_reports_of_a_sharded_store_equal_the_block_stores(pair):
+    """sweeps show / summary read a sharded store's cells shard file by shard file: the same
+    text as from the block layout."""
+    from sweeps.report import show_text, summary_table
+
+    cb, _rb, cs, _rs = pair
+    for fn in (show_text, summary_table):
+        a, b = fn(cb.store), fn(cs.store)
+        assert a.replace(str(cb.store), "S") == b.replace(str(cs.store), "S")
+        assert len(a) > 200
