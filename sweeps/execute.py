@@ -506,6 +506,32 @@ class _WorkerWatch:
                                f"(--worker-timeout); {pending()}", exit_code=1)
 
 
+def _start_run(attrs: dict, report, lease, env: dict, where: str, n_todo: int, say, **extra) -> tuple[list, dict]:
+    """``(runs, record)``: the store's run records (a run still "running" lost its driver: we
+    hold the lease, so it is marked abandoned) and this run's new record (``extra`` keys added);
+    sets ``report.run`` and the lease's run, and warns when the code differs from the last run's."""
+    runs = json.loads(attrs.get("runs", "[]"))
+    for r in runs:
+        if r.get("state") == "running":
+            r["state"] = "abandoned"
+    report.run = len(runs) + 1
+    lease.set_run(report.run)
+    driver = env["driver"]
+    record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
+              "submitted": n_todo, "ok": 0, "failed": 0, "lost": 0, "where": where,
+              "pldlib_version": driver["pldlib"], **extra,
+              "driver": {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": lease.info.get("pid_start")},
+              "provenance": env}
+    prev = _previous_env(runs)
+    if prev is not None:
+        changes = code_changes(prev[1], driver)
+        if changes:
+            say(f"warning: the code differs from run {prev[0]} of this store: " + "; ".join(changes))
+    elif attrs.get("pldlib_version") not in (None, driver["pldlib"]):
+        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {driver['pldlib']}")
+    return runs, record
+
+
 def _previous_env(runs: list) -> tuple[int, dict] | None:
     for r in reversed(runs):
         d = (r.get("provenance") or {}).get("driver")
@@ -527,25 +553,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
 
     path = plan.config.store
     attrs = read_attrs(path)
-    runs = json.loads(attrs.get("runs", "[]"))
-    for r in runs:  # we hold the lease: a run still "running" lost its driver
-        if r.get("state") == "running":
-            r["state"] = "abandoned"
-    report.run = len(runs) + 1
-    lease.set_run(report.run)
-    driver = env["driver"]
-    record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
-              "submitted": n_todo, "ok": 0, "failed": 0, "lost": 0, "where": where,
-              "pldlib_version": driver["pldlib"],
-              "driver": {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": lease.info.get("pid_start")},
-              "provenance": env}
-    prev = _previous_env(runs)
-    if prev is not None:
-        changes = code_changes(prev[1], driver)
-        if changes:
-            say(f"warning: the code differs from run {prev[0]} of this store: " + "; ".join(changes))
-    elif attrs.get("pldlib_version") not in (None, driver["pldlib"]):
-        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {driver['pldlib']}")
+    runs, record = _start_run(attrs, report, lease, env, where, n_todo, say)
     update_attrs(path, runs=json.dumps(runs + [record]), started=attrs.get("started") or record["started"],
                  provenance=json.dumps(env))
     say(f"run {report.run}: submitting {n_todo} blocks to {where}")
@@ -691,27 +699,9 @@ def _run_sharded(client, where, plan, layout, bstate, report, *, retries, say, b
     attrs = read_attrs(path)
     store_id = attrs.get("store_id") or attrs.get("created")
     SH.check_workers_write(client, path, store_id)  # the workers write the store: can they?
-    runs = json.loads(attrs.get("runs", "[]"))
-    for r in runs:  # we hold the lease: a run still "running" lost its driver
-        if r.get("state") == "running":
-            r["state"] = "abandoned"
-    report.run = len(runs) + 1
-    lease.set_run(report.run)
-    driver = env["driver"]
     fresh = report.action in ("created", "restarted")
     n_todo = int((bstate != SH.STATE_DONE).sum())
-    record = {"run": report.run, "started": now_iso(), "finished": "", "state": "running",
-              "submitted": n_todo, "ok": 0, "failed": 0, "lost": 0, "where": where,
-              "pldlib_version": driver["pldlib"], "layout": "sharded",
-              "driver": {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": lease.info.get("pid_start")},
-              "provenance": env}
-    prev_env = _previous_env(runs)
-    if prev_env is not None:
-        changes = code_changes(prev_env[1], driver)
-        if changes:
-            say(f"warning: the code differs from run {prev_env[0]} of this store: " + "; ".join(changes))
-    elif attrs.get("pldlib_version") not in (None, driver["pldlib"]):
-        say(f"warning: store was created with pldlib {attrs.get('pldlib_version')}, now {driver['pldlib']}")
+    runs, record = _start_run(attrs, report, lease, env, where, n_todo, say, layout="sharded")
     model = CostModel.from_json(attrs.get("cost_model"))
     if not fresh:  # refit the cost model to what the store's done blocks took
         try:
