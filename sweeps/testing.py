@@ -132,3 +132,14 @@ class CodedAccountant(Accountant):
             up[list(steps).index(10), list(deltas).index(1e-8)] = np.nan
             notes.append("steps=10: fake precision limit")
         return lo, np.full(lo.shape, np.nan), up, notes
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group ``pgid`` is still alive (kill tests)."""
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False

@@ -19,7 +19,7 @@ from sweeps.config import load_config, parse_config
 from sweeps.execute import run_sweep
 from sweeps.plan import make_plan
 from sweeps.store import block_states, read_status
-from sweeps.testing import small_config, write_config
+from sweeps.testing import group_alive, small_config, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,14 +114,6 @@ def _done_blocks(store, plan):
         return None
 
 
-def _group_alive(pgid) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def test_driver_killed_then_resumed(pclient, tmp_path, reference):
     store = tmp_path / "d.zarr"
     cfg_path = write_config(tmp_path / "d.yaml", eight_blocks(store, sleep=0.5))
@@ -143,11 +135,11 @@ def test_driver_killed_then_resumed(pclient, tmp_path, reference):
         proc.wait(timeout=30)
         # its worker processes notice that their parent died and exit by themselves
         deadline = time.monotonic() + 30
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        while group_alive(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        orphans = _group_alive(proc.pid)
+        orphans = group_alive(proc.pid)
     finally:
-        if proc.poll() is None or _group_alive(proc.pid):
+        if proc.poll() is None or group_alive(proc.pid):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # clean up what is left of that process group
             except ProcessLookupError:

@@ -20,7 +20,7 @@ from sweeps.plan import BLOCK_DIMS, make_plan
 from sweeps.shards import (AUTO_MIN_BLOCKS, ShardGrid, _probe_write, check_workers_write, choose_layout,
                            decode_shard, encode_shard, layout_of, refit_model)
 from sweeps.store import StoreError, read_attrs
-from sweeps.testing import small_config, write_config
+from sweeps.testing import group_alive, small_config, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPARE = ("eps_lower", "eps_upper", "eps_estimate", "status", "error", "run")
@@ -285,14 +285,6 @@ def test_worker_killed_by_poison_block_sharded(pclient, pair, tmp_path):
     pclient.wait_for_workers(2, timeout=60)
 
 
-def _group_alive(pgid) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def _done(store):
     try:
         return np.asarray(zarr.open_group(str(store), mode="r")["state"][...])
@@ -322,10 +314,10 @@ def test_driver_killed_then_resumed_to_identical_store(client, pair, tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        while group_alive(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
-        if _group_alive(proc.pid):
+        if group_alive(proc.pid):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
