@@ -126,6 +126,19 @@ def batches() -> str:
     return "\n".join(lines) + "\n" + _source("BATCHES.md", text)
 
 
+def k_of_t() -> str:
+    """k of t random allocation beside PLD_accounting and Poisson (results/BATCHES.md, the k > 1 rows)."""
+    text = (RESULTS / "BATCHES.md").read_text()
+    sec = text[text.index("## Random allocation beside PLD_accounting"):]
+    table = _tables(sec)[0]
+    head = _cells(table[0])
+    keep = [i for i, c in enumerate(head) if c not in ("overlap", "width pldlib / theirs")]
+    rows = [r for r in table[2:] if int(_cells(r)[3]) > 1]
+    lines = [_row([head[i] for i in keep]), _row(["---"] * len(keep))]
+    lines += [_row([_cells(r)[i] for i in keep]) for r in rows]
+    return "\n".join(lines) + "\n" + _source("BATCHES.md", text)
+
+
 def campaigns() -> str:
     """Per campaign and method: cells, their status counts and the median interval width
     (results/campaigns/*/summary.json)."""
@@ -160,7 +173,7 @@ def user_level() -> str:
 
 
 PARTS = {"speed": speed, "sweep_throughput": sweep_throughput, "calibration": calibration,
-         "calibration_grid": calibration_grid, "atlas": atlas, "tradeoff": tradeoff, "batches": batches, "campaigns": campaigns, "user_level": user_level}
+         "calibration_grid": calibration_grid, "atlas": atlas, "tradeoff": tradeoff, "batches": batches, "k_of_t": k_of_t, "campaigns": campaigns, "user_level": user_level}
 
 
 def main() -> list[Path]:

@@ -187,7 +187,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
               relation: str = "add_remove", tol: float = 1e-3, sigma_guess: float | None = None,
               spacing: float | None = None, table=None, max_evaluations: int = 60,
               certify_lower: bool | None = None, tpr_at_fpr=None, advantage=None,
-              group: int = 1, interval: float | None = None) -> CalibrationResult:
+              group: int = 1, interval: float | None = None, selections: int = 1) -> CalibrationResult:
     """Smallest Gaussian noise multiplier sigma whose certified eps(delta) <= epsilon.
 
     With ``tpr_at_fpr=(tpr, fpr)`` or ``advantage=a`` instead of (epsilon, delta), the
@@ -223,6 +223,8 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         comes from one full evaluation at 4x that spacing.
     group : user-level calibration: the protected unit is a user with up to ``group`` records
         (docs/MATH.md 13.1; 'poisson' or 'wor' sampling, or none; not substitution)
+    selections : ``sampling='random_allocation'`` only: every record in k = ``selections`` of the
+        t = k/q steps of each epoch (docs/MATH.md 13.8)
 
     Returns
     -------
@@ -232,10 +234,13 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         raise TypeError("steps: required: the number of compositions (e.g. DP-SGD iterations); "
                         "pass steps=1 for a single release")
     group = V.positive_int("group", group)
+    selections = V.positive_int("selections", selections)
     spacing = V.spacing_option(spacing, interval)
     if tpr_at_fpr is not None or advantage is not None:
         if group > 1:
             raise ValueError("group: attack-target calibration is example-level only (group = 1)")
+        if selections > 1:
+            raise ValueError("selections: attack-target calibration takes one selection per epoch (selections = 1)")
         if epsilon is not None or delta is not None:
             raise ValueError("epsilon/delta: give either (epsilon, delta) or an attack target "
                              "(tpr_at_fpr or advantage), not both")
@@ -260,7 +265,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
     samp = "none" if q == 1.0 else sampling
 
     def mech(sigma):
-        return Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation, group=group)
+        return Gaussian(sigma=sigma, q=q, sampling=samp, relation=relation, group=group, selections=selections)
 
     mech(1.0).branches()  # refuses an unsupported combination (e.g. group > 1 with substitution) up front
     seed, seed_kind = None, "gdp"
@@ -268,7 +273,7 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         seed, seed_kind = V.positive_finite("sigma_guess", sigma_guess), "guess"
     elif group > 1:  # tables and atlases are example-level: the GDP seed of a group-sized sensitivity
         seed = group * seed_sigma(epsilon, delta, q, steps, samp, relation)
-    elif table is not None and samp != "none":  # an eps atlas (pldlib.atlas)
+    elif table is not None and samp != "none" and selections == 1:  # an eps atlas (pldlib.atlas)
         if not hasattr(table, "sigma_for") or not hasattr(table, "tables"):
             raise TypeError(f"table: an eps atlas (pldlib.atlas.open_atlas(path)), got {type(table).__name__}")
         try:

@@ -123,7 +123,8 @@ def make_method_accountant(method: str, relation: str, args) -> "object":
 def _maker(spec):
     def make(args) -> Mechanism:
         return spec.make(getattr(args, spec.noise), sensitivity=args.sensitivity, q=args.q,
-                         sampling=args.sampling, relation=args.relation, group=args.group, **_truncation(args))
+                         sampling=args.sampling, relation=args.relation, group=args.group, **_truncation(args),
+                         **_selections(args))
     return make
 
 
@@ -148,6 +149,24 @@ def _truncation(args) -> dict:
             raise UsageError(f"argument {flag}: only with --sampling {TRUNCATED}"
                              + (f", not with --sampling {args.sampling}" if args.sampling else ""))
     return {}
+
+
+def _selections(args) -> dict:
+    """The keyword ``selections`` of a k of t random-allocation step (empty when k = 1); a UsageError
+    naming --selections when k > 1 comes with another scheme."""
+    k = getattr(args, "selections", 1)
+    if k == 1:
+        return {}
+    if args.sampling != "random_allocation":
+        raise UsageError("argument --selections: k > 1 only with --sampling random_allocation"
+                         + (f", not with --sampling {args.sampling}" if args.sampling else ""))
+    return {"selections": k}
+
+
+def _add_selections(g) -> None:
+    g.add_argument("--selections", type=_steps, default=1, metavar="K",
+                   help="--sampling random_allocation only: every record in K of the t = K/q steps of each "
+                        "epoch (k of t random allocation; default 1)")
 
 
 def _add_truncation(g) -> None:
@@ -232,6 +251,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help=f"sampling scheme (default: none if q = 1, poisson if q < 1; {TRUNCATED}: a capped "
                         "Poisson batch, with --batch-size and --dataset-size)")
     _add_truncation(g)
+    _add_selections(g)
     g.add_argument("--relation", choices=RELATIONS, default="add_remove",
                    help="neighbouring relation (default add_remove)")
     g.add_argument("--group", type=_steps, default=1, metavar="G",
@@ -339,7 +359,8 @@ def _run_calibrate_for(args) -> int:
     if sampling == "none" and (what == "q" or q < 1.0):
         raise UsageError("argument --sampling: 'none' cannot have q < 1 (use poisson or wor)")
     truncation = _truncation(args)
-    kw = dict(relation=args.relation, **({"group": args.group} if args.group > 1 else {}), **truncation)
+    kw = dict(relation=args.relation, **({"group": args.group} if args.group > 1 else {}), **truncation,
+              **_selections(args))
     noise = getattr(args, spec.noise)
     direction = "larger_is_less_private"
     if what == "steps":
@@ -362,7 +383,7 @@ def _run_calibrate_for(args) -> int:
     notes.limited(caught)
     params = {"mechanism": args.mechanism, spec.noise: noise, "q": None if what == "q" else q,
               "steps": None if what == "steps" else args.steps,
-              "sampling": sampling, **truncation, "relation": args.relation,
+              "sampling": sampling, **truncation, **_selections(args), "relation": args.relation,
               **({"group": args.group} if args.group > 1 else {})}
     if args.json:
         out = {**res.as_dict(), "params": params, "seconds": seconds, **notes.fields()}
@@ -514,6 +535,7 @@ def _add_calibrate(sub) -> None:
                     help=f"sampling scheme (default: none if q = 1, poisson if q < 1; --for q: poisson; {TRUNCATED}: "
                          "with --batch-size and --dataset-size, calibrated by the generic search of --for)")
     _add_truncation(pc)
+    _add_selections(pc)
     pc.add_argument("--relation", choices=RELATIONS, default="add_remove",
                     help="neighbouring relation (default add_remove)")
     pc.add_argument("--group", type=_steps, default=1, metavar="G",
@@ -572,14 +594,15 @@ def _run_calibrate(args) -> int:
     table_seconds = time.perf_counter() - t0
     with _quiet() as caught:
         res = calibrate(args.epsilon, args.delta, args.q, args.steps, sampling=args.sampling,
-                        relation=args.relation, tol=args.tol, table=table, group=args.group)
+                        relation=args.relation, tol=args.tol, table=table, group=args.group,
+                        **_selections(args))
     notes = _Notes()  # (a calibrated sigma is never trivial: it is certified to meet the target)
     notes.limited(caught)
     if res.sigma_lower is None:
         notes.add(f"the search certified no sigma below {res.sigma:.8g} as too small: sigma is certified to "
                   f"meet the target, but not to be within --tol {args.tol:g} of the smallest that does")
     params = {"epsilon": args.epsilon, "delta": args.delta, "q": args.q, "steps": args.steps,
-              "sampling": args.sampling, "relation": args.relation, "tol": args.tol,
+              "sampling": args.sampling, **_selections(args), "relation": args.relation, "tol": args.tol,
               **({"group": args.group} if args.group > 1 else {}),
               "mechanism": "gaussian", "method": "pld", "spacing": res.spacing,
               "evaluations": res.evaluations, "seed": res.seed,
@@ -592,7 +615,8 @@ def _run_calibrate(args) -> int:
         print(json.dumps(out, allow_nan=False))
     else:
         lines = [f"calibrate  target eps={args.epsilon:g} delta={args.delta:g}  q={args.q:g} "
-                 f"sampling={args.sampling} relation={args.relation} steps={args.steps}"
+                 f"sampling={args.sampling}{f' selections={args.selections}' if args.selections > 1 else ''} "
+                 f"relation={args.relation} steps={args.steps}"
                  f"{f' group={args.group}' if args.group > 1 else ''}  "
                  f"({seconds:.3f} s, of which {table_seconds:.3f} s opening the table; "
                  f"{res.evaluations} PLD evaluations, seed: {res.seed})",
@@ -632,6 +656,7 @@ def _params(args, accountant) -> dict:
         "q": args.q,
         "sampling": args.sampling,
         **_truncation(args),
+        **_selections(args),
         "relation": args.relation,
         **({"group": args.group} if args.group > 1 else {}),
         "steps": args.steps,

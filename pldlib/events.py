@@ -307,12 +307,18 @@ class Sampled(Event):
     ``random_allocation``, ``shuffle``); an unknown name is refused when the event is
     composed.  ``group`` > 1 is user-level accounting: the protected unit is a user with up
     to ``group`` records, each sampled by ``sampling`` (docs/MATH.md section 13.1; Gaussian
-    noise, schemes ``poisson`` and ``wor``, relations add / remove / add_remove)."""
+    noise, schemes ``poisson`` and ``wor``, relations add / remove / add_remove).
+
+    ``selections`` = k > 1 (``random_allocation`` only) puts every record in k of the
+    t = k / q steps of each epoch, chosen uniformly (k of t random allocation,
+    docs/MATH.md 13.8); q stays the per-step rate, the same expected batch size as
+    Poisson sampling at rate q."""
 
     event: BaseEvent
     q: float
     sampling: str = "poisson"
     group: int = 1
+    selections: int = 1
 
     def __post_init__(self):
         if not isinstance(self.event, BaseEvent):
@@ -324,10 +330,22 @@ class Sampled(Event):
         if self.group > 1 and self.q == 1.0:
             raise ValueError("group: a Sampled event at q = 1 is not sampled; a group of g records without "
                              "sampling is the base event with sensitivity g times larger")
+        object.__setattr__(self, "selections", V.positive_int("selections", self.selections))
+        if self.selections > 1:
+            if self.sampling != "random_allocation":
+                raise ValueError(f"selections: k > 1 selections per epoch (k of t random allocation) need "
+                                 f"sampling='random_allocation', got sampling={self.sampling!r}")
+            if self.q == 1.0:
+                raise ValueError("selections: at q = 1 every record is in every step; k of t random allocation "
+                                 "needs q = k / t < 1")
+            if self.group > 1:
+                raise ValueError("selections: k of t random allocation has no user-level accounting (group > 1)")
 
     def __repr__(self) -> str:
         args = f"event={self.event!r}, q={_fmt(self.q)}, sampling={self.sampling!r}"
-        return f"Sampled({args}{f', group={self.group}' if self.group != 1 else ''})"
+        extra = (f', group={self.group}' if self.group != 1 else '') + \
+            (f', selections={self.selections}' if self.selections != 1 else '')
+        return f"Sampled({args}{extra})"
 
     @property
     def scheme(self) -> str:

@@ -56,6 +56,9 @@ class Mechanism:
     #: (docs/MATH.md 2.6; :class:`pldlib.events.TruncatedPoissonGaussianEvent`)
     batch_size: int | None = field(default=None, kw_only=True)
     dataset_size: int | None = field(default=None, kw_only=True)
+    #: ``sampling="random_allocation"`` only: every record in ``selections`` = k of the t = k/q steps
+    #: of each epoch (k of t random allocation, docs/MATH.md 13.8)
+    selections: int = field(default=1, kw_only=True)
 
     def __post_init__(self):
         from .sampling import sampling_names
@@ -64,6 +67,10 @@ class Mechanism:
         V.choice("sampling", self.sampling, sampling_names())
         V.choice("relation", self.relation, V.RELATIONS)
         V.positive_int("group", self.group)
+        V.positive_int("selections", self.selections)
+        if self.selections > 1 and self.sampling != "random_allocation":
+            raise ValueError(f"selections: k > 1 selections per epoch need sampling='random_allocation' "
+                             f"(k of t random allocation), got sampling={self.sampling!r}")
         if self.sampling == TRUNCATED_POISSON:
             object.__setattr__(self, "_event", self._truncated_event())
             return
@@ -84,7 +91,8 @@ class Mechanism:
         if unsampled and self.group > 1:
             # g records, every one used: the Gaussian with sensitivity g times larger (exact)
             base = E.GaussianEvent(base.sigma / self.group, base.sensitivity * self.group)
-        object.__setattr__(self, "_event", base if unsampled else E.Sampled(base, self.q, self.sampling, self.group))
+        object.__setattr__(self, "_event", base if unsampled else
+                           E.Sampled(base, self.q, self.sampling, self.group, self.selections))
 
     def _truncated_event(self) -> E.TruncatedPoissonGaussianEvent:
         """The step of ``sampling="truncated_poisson"``: Poisson sampling at rate q, a batch larger
@@ -133,6 +141,7 @@ class Mechanism:
     def describe(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)
              if not ((f.name == "group" and self.group == 1)
+                     or (f.name == "selections" and self.selections == 1)
                      or (f.name in ("batch_size", "dataset_size") and getattr(self, f.name) is None))}
         d["mechanism"] = type(self).__name__.lower()
         return d

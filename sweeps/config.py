@@ -47,7 +47,9 @@ and ``dataset_size: n`` (integers >= 1, not grid axes: one value each for the wh
 they are required exactly when the sampling axis holds ``truncated_poisson`` and refused
 otherwise (a ``quick:`` variant without that scheme drops them).  They are part of the
 fingerprint only when given, so every other config keeps its fingerprint.  Each block's task
-gets them with its parameters (:meth:`sweeps.plan.Plan.spec`).
+gets them with its parameters (:meth:`sweeps.plan.Plan.spec`).  Likewise ``selections: k`` (an
+integer >= 1, with ``random_allocation`` on the sampling axis): every
+record in k of the t = k/q steps of each epoch, for the ``random_allocation`` cells.
 
 A config may carry a ``quick:`` section (keys ``grid``, ``methods``,
 ``options``, ``store``, ``description``) for a small variant of the same
@@ -96,8 +98,11 @@ RELATIONS = _RELATIONS
 #: the sampling scheme of a capped Poisson batch and its top-level settings (mechanism keywords)
 TRUNCATED = "truncated_poisson"
 TRUNCATION_KEYS = ("batch_size", "dataset_size")
+#: the sampling scheme whose top-level ``selections: k`` puts every record in k of the t = k/q steps
+ALLOCATION = "random_allocation"
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
-            "sampling", "relation", "quick", "variants", "report", "layout", "task_seconds") + TRUNCATION_KEYS
+            "sampling", "relation", "quick", "variants", "report", "layout", "task_seconds",
+            "selections") + TRUNCATION_KEYS
 #: grid keys that are not cell axes: false-positive rates of the TPR metric (``tpr_lower``,
 #: ``tpr_upper``; a block spans all of them)
 GRID_EXTRA = ("fpr",)
@@ -142,6 +147,8 @@ class SweepConfig:
     #: ``sampling: truncated_poisson`` only (None otherwise): the batch cap B and the number of records n
     batch_size: int | None = None
     dataset_size: int | None = None
+    #: ``sampling: random_allocation`` only (None: one): every record in k of the t = k/q steps of an epoch
+    selections: int | None = None
     #: store layout of a new store (``layout:``; None: automatic, see :func:`sweeps.shards.choose_layout`):
     #: "blocks", "sharded" or {"shard_blocks": N}; not in the fingerprint (it changes files, not results)
     layout: Any = field(default=None, compare=False)
@@ -152,6 +159,11 @@ class SweepConfig:
     def truncation(self) -> dict:
         """``{"batch_size": B, "dataset_size": n}`` when set (``truncated_poisson``), else ``{}``."""
         return {k: getattr(self, k) for k in TRUNCATION_KEYS if getattr(self, k) is not None}
+
+    def mechanism_keywords(self) -> dict:
+        """The top-level settings every block's mechanism gets (:func:`sweeps.methods.make_mechanism`
+        passes each to the scheme it belongs to): :meth:`truncation` and ``selections``."""
+        return {**self.truncation(), **({"selections": self.selections} if self.selections else {})}
 
     def base_method(self, m: str) -> str:
         """The registered method behind ``m`` (``m`` itself unless it is a variant)."""
@@ -174,6 +186,7 @@ class SweepConfig:
             "options": {m: dict(self.options.get(m, {})) for m in self.methods},
             # batch_size / dataset_size only when given: other configs keep their fingerprints
             **self.truncation(),
+            **({"selections": self.selections} if self.selections else {}),
             **({"variants": dict(self.variants)} if self.variants else {}),
             **({"report": dict(self.report)} if self.report else {}),
             # layout / task_seconds only when given (files and task sizes, not results)
@@ -192,7 +205,7 @@ class SweepConfig:
             "options": {m: {LEGACY_OPTION_NAMES.get(k, k): v for k, v in o.items()
                             if k not in FINGERPRINT_EXCLUDED_OPTIONS}
                         for m, o in c["options"].items()},
-            **{k: c[k] for k in TRUNCATION_KEYS if k in c},  # (only when given)
+            **{k: c[k] for k in TRUNCATION_KEYS + ("selections",) if k in c},  # (only when given)
         }
         text = json.dumps(ident, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode()).hexdigest()
@@ -419,6 +432,8 @@ def _quick_variant(data: dict) -> dict:
     if not (samp == TRUNCATED or (isinstance(samp, (list, tuple)) and TRUNCATED in samp)):
         for k in TRUNCATION_KEYS:  # (a quick variant without the scheme: its settings are not needed)
             out.pop(k, None)
+    if not (samp == ALLOCATION or (isinstance(samp, (list, tuple)) and ALLOCATION in samp)):
+        out.pop("selections", None)
     methods = out.get("methods")
     if isinstance(methods, list) and isinstance(out.get("options"), dict):
         # options of methods the quick variant leaves out are dropped, not an error
@@ -527,6 +542,7 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
             raise ConfigError("grid.sampling", f"'none' needs q = 1 but grid.q has {small[0]!r}; use "
                                                "poisson or wor for q < 1 (with q = 1 they equal 'none')")
     truncation = _truncation(data, axes, mechanism)
+    selections = _selections(data, axes, mechanism)
     report = _report(data.get("report"))
     options = _options(methods, data.get("options"), variants)
     variants = {a: b for a, b in variants.items() if a in methods}
@@ -544,7 +560,7 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, variants=variants,
                        report=report, fpr=fpr, mechanism_default=mechanism_default, **axes, **truncation,
-                       layout=layout, task_seconds=task_seconds)
+                       selections=selections, layout=layout, task_seconds=task_seconds)
 
 
 def _layout(spec):
@@ -563,6 +579,20 @@ def _layout(spec):
             raise ConfigError("layout.shard_blocks", f"must be an integer >= 1, got {n!r}")
         return {"shard_blocks": n}
     raise ConfigError("layout", f"must be auto, blocks, sharded or {{shard_blocks: N}}, got {spec!r}")
+
+
+def _selections(data: dict, axes: dict, mechanism: str) -> int | None:
+    """The validated top-level ``selections`` (an integer >= 1; None when absent or 1): k > 1 needs
+    ``random_allocation`` on the sampling axis (ConfigError naming it)."""
+    if data.get("selections") is None:
+        return None
+    k = _checked(V.int_at_least, "selections", data["selections"], 1)
+    if k == 1:
+        return None
+    if ALLOCATION not in axes["sampling"]:
+        raise ConfigError("selections", f"k > 1 only with sampling {ALLOCATION} (the sampling axis has "
+                                        f"{', '.join(axes['sampling'])})")
+    return k
 
 
 def _truncation(data: dict, axes: dict, mechanism: str) -> dict:

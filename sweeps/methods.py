@@ -203,20 +203,20 @@ def _selected(selector, params) -> bool:
 
 
 # -- mechanisms ----------------------------------------------------------------
-#: mechanism keywords a block's ``params`` may carry besides the grid's (``sampling: truncated_poisson``)
-MECHANISM_KEYWORDS = ("batch_size", "dataset_size")
+#: mechanism keywords a block's ``params`` may carry besides the grid's, per sampling scheme they apply to
+MECHANISM_KEYWORDS = {"truncated_poisson": ("batch_size", "dataset_size"), "random_allocation": ("selections",)}
 
 
 def make_mechanism(params: dict):
     """The pldlib mechanism of one block (``sigma`` is the mechanism's noise parameter:
     :mod:`pldlib.mechanisms`' descriptor of ``params['mechanism']`` says which); ``batch_size``
     and ``dataset_size``, when ``params`` has them, are passed on to the ``truncated_poisson``
-    blocks (the other blocks of the same sweep take none)."""
-    from pldlib.mechanisms import TRUNCATED_POISSON, mechanism_spec
+    blocks, ``selections`` to the ``random_allocation`` ones (the other blocks of the same sweep
+    take none)."""
+    from pldlib.mechanisms import mechanism_spec
 
     spec = mechanism_spec(params["mechanism"])
-    extra = ({k: params[k] for k in MECHANISM_KEYWORDS if params.get(k) is not None}
-             if params["sampling"] == TRUNCATED_POISSON else {})
+    extra = {k: params[k] for k in MECHANISM_KEYWORDS.get(params["sampling"], ()) if params.get(k) is not None}
     return spec.make(params["sigma"], q=params["q"], sampling=params["sampling"], relation=params["relation"],
                      **extra)
 

@@ -84,8 +84,9 @@ class Plan:
         m = block.params["method"]
         spec = {
             "index": block.number,
-            # (``truncated_poisson``: the config's batch_size and dataset_size, for the mechanism)
-            "params": {**block.params, **self.config.truncation()},
+            # (``truncated_poisson``: the config's batch_size and dataset_size; ``random_allocation``:
+            # its selections; for the mechanism)
+            "params": {**block.params, **self.config.mechanism_keywords()},
             "steps": list(self.coords["steps"]),
             "deltas": list(self.coords["delta"]),
             "options": dict(self.config.options.get(m, {})),

@@ -414,7 +414,7 @@ def task_context(plan, layout: Layout, store_id: str | None, run: int, fresh: bo
             "shard": tuple(layout.shard), "shape": tuple(plan.shape[d] for d in BLOCK_DIMS),
             "block_coords": {d: list(c[d]) for d in BLOCK_DIMS},
             "steps": list(c["steps"]), "deltas": list(c["delta"]), "fprs": list(plan.fprs),
-            "mechanism": plan.config.mechanism, "truncation": dict(plan.config.truncation()),
+            "mechanism": plan.config.mechanism, "mechanism_keywords": dict(plan.config.mechanism_keywords()),
             "options": {m: dict(plan.config.options.get(m, {})) for m in c["method"]}}
 
 
@@ -444,7 +444,7 @@ def block_spec(ctx: dict, idx: tuple) -> dict:
     """The :func:`sweeps.methods.run_block` spec of the block at grid position ``idx``."""
     params = {d: ctx["block_coords"][d][i] for d, i in zip(BLOCK_DIMS, idx)}
     params["mechanism"] = ctx["mechanism"]
-    spec = {"index": int(np.ravel_multi_index(idx, ctx["shape"])), "params": {**params, **ctx["truncation"]},
+    spec = {"index": int(np.ravel_multi_index(idx, ctx["shape"])), "params": {**params, **ctx["mechanism_keywords"]},
             "steps": ctx["steps"], "deltas": ctx["deltas"], "options": dict(ctx["options"][params["method"]])}
     if ctx["fprs"]:
         spec["fprs"] = ctx["fprs"]

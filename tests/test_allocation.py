@@ -168,22 +168,12 @@ def _truth_t2(sigma, eps, direction):
     with the lognormal call / put prices in closed form (independent of pldlib)."""
     import mpmath as mp
 
+    from pldlib.testing.truth import lognormal_call_put
+
     mp.mp.dps = 30
     s = mp.mpf(sigma)
     c = 1 / (2 * s)
-
-    def call(K):
-        if K <= 0:
-            return 1 - K
-        z = s * mp.log(K)
-        return mp.ncdf(c - z) - K * mp.ncdf(-c - z)
-
-    def put(K):
-        if K <= 0:
-            return mp.mpf(0)
-        z = s * mp.log(K)
-        return K * mp.ncdf(z + c) - mp.ncdf(z - c)
-
+    call, put = lognormal_call_put(sigma)
     g = mp.e ** mp.mpf(eps)
     Y = lambda z: mp.e ** (z / s - 1 / (2 * s * s))  # noqa: E731
     if direction == "remove":

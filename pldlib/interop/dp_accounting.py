@@ -43,11 +43,14 @@ dp_accounting's PLD accountant has no such event, so JAX Privacy falls back to
 RDP for fixed-size batches: here it is a certified interval),
 ``MixtureOfGaussiansDpEvent`` (under ``ADD_OR_REMOVE_ONE`` and ``REPLACE_SPECIAL``,
 as dp_accounting: both directions of its pair; its two-point form {0, c} is the
-Poisson-sampled Gaussian), ``SelfComposedDpEvent``, ``ComposedDpEvent``.  dp_accounting has no plain
-(epsilon, delta) event; pldlib's :class:`~pldlib.events.ApproxDPEvent` therefore
-has no dp_accounting counterpart.  Refused with the reason: sampling with
-replacement, tree aggregation, repeat-and-select, zCDP,
-truncated subsampled Gaussians, ``UnsupportedDpEvent``.
+Poisson-sampled Gaussian), ``TruncatedSubsampledGaussianDpEvent`` (``ADD_OR_REMOVE_ONE``),
+``SingleEpochTreeAggregationDpEvent``, ``RepeatAndSelectDpEvent``, ``ZCDpEvent``,
+``RandomAllocationDpEvent(event, num_selected, num_steps)`` (dp_accounting's pull request #414, read
+by its fields since it is in no release: one epoch, each record in ``num_selected`` of the
+``num_steps`` steps; Gaussian inner event), ``SelfComposedDpEvent``, ``ComposedDpEvent``.
+dp_accounting has no plain (epsilon, delta) event; pldlib's :class:`~pldlib.events.ApproxDPEvent`
+therefore has no dp_accounting counterpart.  Refused with the reason: sampling with replacement
+(no dominating pair is proven for it here), ``UnsupportedDpEvent``.
 """
 from __future__ import annotations
 
@@ -241,6 +244,8 @@ def _convert(ev, rel):
             raise _Refused(ev, "sampling without replacement is supported under ADD_OR_REMOVE_ONE and "
                                "REPLACE_ONE, not REPLACE_SPECIAL")
         return _sampled(ev, ev.event, m / n, "wor", rel)
+    if type(ev).__name__ == "RandomAllocationDpEvent":
+        return _random_allocation(ev, rel)
     if isinstance(ev, D.SelfComposedDpEvent):
         c = ev.count
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
@@ -260,6 +265,35 @@ def _convert(ev, rel):
     if isinstance(ev, D.DpEvent):
         raise _Refused(ev, f"{type(ev).__name__} has no pldlib counterpart")
     raise _Refused(ev, f"not a DpEvent: {ev!r}")
+
+
+def _random_allocation(ev, rel):
+    """``RandomAllocationDpEvent(event, num_selected, num_steps)`` (dp_accounting's pull request #414,
+    not in a release: read by its fields): one epoch of ``num_steps`` steps of ``event``, every record
+    in ``num_selected`` of them chosen uniformly -> t steps of ``Sampled(event, k/t,
+    "random_allocation", selections=k)`` (Gaussian inner event, as that pull request)."""
+    k, t = getattr(ev, "num_selected", None), getattr(ev, "num_steps", None)
+    for name, v in (("num_selected", k), ("num_steps", t)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise _Refused(ev, f"{name} must be an integer >= 1, got {V.fmt(v)}")
+    k, t = int(k), int(t)
+    if k > t:
+        raise _Refused(ev, f"num_selected must be <= num_steps, got {k} of {t}")
+    if rel == NR.REPLACE_SPECIAL:
+        raise _Refused(ev, "random allocation is accounted under ADD_OR_REMOVE_ONE and REPLACE_ONE, "
+                           "not REPLACE_SPECIAL")
+    inner = _convert(getattr(ev, "event", None), rel)
+    if isinstance(inner, E.NoOp) or inner is NON_PRIVATE:
+        return inner
+    if not isinstance(inner, E.GaussianEvent):
+        raise _Refused(ev, "random allocation is implemented for a Gaussian inner event only, "
+                           f"got {getattr(ev, 'event', None)}")
+    if k == t:  # every record in every step: t unsampled steps
+        return E.SelfComposed(inner, t)
+    try:
+        return E.SelfComposed(E.Sampled(inner, k / t, "random_allocation", selections=k), t)
+    except (TypeError, ValueError) as e:
+        raise _Refused(ev, str(e)) from None
 
 
 def _sampled(outer, inner_ev, q, scheme, rel):

@@ -261,9 +261,9 @@ def _per_epoch(step) -> bool:
     ev = step.event
     if not (isinstance(ev, E.Sampled) and ev.q < 1.0):
         return False
-    from ..sampling.base import get_scheme
+    from ..sampling.base import get_scheme, scheme_kw
 
-    return get_scheme(ev.sampling).steps_multiple(ev.q) > 1
+    return get_scheme(ev.sampling).steps_multiple(ev.q, **scheme_kw(ev)) > 1
 
 
 class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
@@ -360,6 +360,27 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         return ks, (lambda k: accs[ks.index(k)])
 
     # -- exact parts (pldlib.exact) and the effective components ------------------------
+    def _unsupported(self, step):
+        """As :meth:`Accountant._unsupported`, except that a step of a per-epoch scheme whose epochs
+        have pairs (:meth:`~pldlib.sampling.base.SamplingScheme.epoch_pieces`: random allocation with
+        noise other than Gaussian, docs/MATH.md 13.9) is supported when its per-step pairs are not."""
+        why = super()._unsupported(step)
+        ev = step.event
+        if why is None or not (isinstance(ev, E.Sampled) and ev.q < 1.0 and ev.group == 1):
+            return why
+        from ..profiles.pairs import UnsupportedEventError
+        from ..sampling.base import get_scheme, scheme_kw
+
+        scheme = get_scheme(ev.sampling)
+        kw = scheme_kw(ev)
+        if scheme.steps_multiple(ev.q, **kw) > 1:
+            try:
+                if scheme.epoch_pieces(ev.event, ev.q, step.relation, **kw) is not None:
+                    return None
+            except UnsupportedEventError as e:
+                return str(e)
+        return why
+
     def _split(self):
         """Set ``_exact`` (a pair with certified ``delta_bounds``/``epsilon_bounds`` when the
         whole composition is exact, else None), ``_pinf`` (bounds on the +inf mass taken

@@ -122,20 +122,22 @@ class EpochStep(Step):
 
 def epoch_components(components: list) -> list:
     """``components`` [(Step, count)] with the steps of a per-epoch scheme replaced by
-    (EpochStep, count / t) where the scheme offers per-epoch branches (counts are whole epochs:
+    (EpochStep, count / t) where the scheme offers per-epoch branches (several such components when
+    the scheme bounds an epoch by a composition, :meth:`~pldlib.sampling.base.SamplingScheme.epoch_pieces`) (counts are whole epochs:
     checked before every build, :func:`pldlib.sampling.base.check_steps`); others unchanged."""
-    from ..sampling.base import get_scheme
+    from ..sampling.base import get_scheme, scheme_kw
 
     out = []
     for s, k in components:
         ev = s.event
         if isinstance(ev, E.Sampled) and ev.q < 1.0 and ev.group == 1 and not isinstance(s, GroupedStep):
             scheme = get_scheme(ev.sampling)
-            t = scheme.steps_multiple(ev.q)
+            kw = scheme_kw(ev)
+            t = scheme.steps_multiple(ev.q, **kw)
             if t > 1 and k % t == 0:
-                br = scheme.epoch_branches(ev.event, ev.q, s.relation)
-                if br is not None:
-                    out.append((EpochStep(s, t, br), k // t))
+                pieces = scheme.epoch_pieces(ev.event, ev.q, s.relation, **kw)
+                if pieces is not None:
+                    out.extend((EpochStep(s, t, br), (k // t) * c) for br, c in pieces)
                     continue
         out.append((s, k))
     return out

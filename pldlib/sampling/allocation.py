@@ -4,7 +4,9 @@ the t = 1/q batches of an epoch (docs/MATH.md section 13).
 ``steps`` counts steps and must be a whole number of epochs of t = 1/q steps
 (:meth:`SamplingScheme.steps_multiple`, checked by every accountant's ``compose``).
 
-Gaussian noise only (sum query of sensitivity 1, noise sigma per step).
+Gaussian noise (sum query of sensitivity 1, noise sigma per step); random allocation also takes any
+other noise with a remove pair in the PLD accountant (:class:`CoordinateLaw`, MATH 13.9), and k of the
+t steps per epoch (``Sampled.selections``, MATH 13.8).
 
 | side  | random allocation                                        | shuffle                         |
 |-------|----------------------------------------------------------|---------------------------------|
@@ -33,34 +35,112 @@ from ..profiles.pairs import Branch, UnsupportedEventError, unsampled_branches
 from .base import SamplingScheme, register
 
 
-def epoch_length(q: float) -> int:
-    """t = 1/q, which must be a whole number (ValueError naming q otherwise)."""
-    t = round(1.0 / q)
-    if t < 2 or abs(t * q - 1.0) > 1e-9:
+def epoch_length(q: float, selections: int = 1) -> int:
+    """t = k/q (k = ``selections``, 1: t = 1/q), which must be a whole number above k (ValueError naming
+    q otherwise)."""
+    k = int(selections)
+    t = round(k / q)
+    if k == 1 and (t < 2 or abs(t * q - 1.0) > 1e-9):
         raise ValueError(f"q: random allocation / shuffle need q = 1/t for a whole number t >= 2 "
                          f"(batches per epoch), got q={q!r}")
+    if k > 1 and (t <= k or abs(t * q - k) > 1e-9 * k):
+        raise ValueError(f"q: k of t random allocation (selections={k}) needs q = k/t for a whole number "
+                         f"t > k (steps per epoch), got q={q!r}")
     return t
+
+
+def allocation_blocks(t: int, k: int) -> dict[int, int]:
+    """{block size: how many}: t steps cut into k blocks of sizes floor(t/k) and ceil(t/k) (docs/MATH.md
+    13.8: k of t random allocation is dominated by one uniform step in each block, the blocks composed)."""
+    a, r = divmod(int(t), int(k))
+    out = {a: k - r}
+    if r:
+        out[a + 1] = r
+    return out
 
 
 class RandomAllocation(SamplingScheme):
     name = "random_allocation"
-    summary = "each record in exactly one of the t = 1/q steps of an epoch, uniformly"
+    summary = "each record in exactly one (or k) of the t = 1/q (k/q) steps of an epoch, uniformly"
     relations = ("add", "remove", "add_remove", "substitution")
+    takes_selections = True
 
-    def steps_multiple(self, q: float) -> int:
-        return epoch_length(q)
+    def steps_multiple(self, q: float, selections: int = 1) -> int:
+        return epoch_length(q, selections)
 
-    def branches(self, event, q, relation):
-        t = epoch_length(q)
+    def branches(self, event, q, relation, selections: int = 1):
+        """Per-step pairs valid over whole epochs (docs/MATH.md 13, 13.8): upper = the unsampled
+        Gaussian at sigma sqrt(t/k) (an epoch: the record in k steps, mu^2 = k / sigma^2), lower = the
+        unsampled Gaussian at sigma t/k (the epoch sum N(k, t sigma^2), a post-processing).  Gaussian
+        noise only: other noises are accounted per epoch by the PLD accountant (MATH 13.9)."""
+        k = int(selections)
+        t = epoch_length(q, k)
         if not isinstance(event, E.GaussianEvent):
-            raise UnsupportedEventError(f"sampling {self.name!r} is implemented for Gaussian noise only, "
-                                        f"got {type(event).__name__}")
+            raise UnsupportedEventError(
+                f"sampling {self.name!r} with {type(event).__name__} noise is accounted per epoch by the PLD "
+                f"accountant only (method 'pld', relations add, remove, add_remove); other methods and "
+                f"substitution take Gaussian noise only")
         s = event.sigma
-        up = unsampled_branches(E.GaussianEvent(s * math.sqrt(t), event.sensitivity), relation)
-        lo = unsampled_branches(E.GaussianEvent(s * t, event.sensitivity), relation)
+        up = unsampled_branches(E.GaussianEvent(s * math.sqrt(t / k), event.sensitivity), relation)
+        lo = unsampled_branches(E.GaussianEvent(s * t / k, event.sensitivity), relation)
         return [Branch(f"{u.label}", u.upper, l.lower) for u, l in zip(up, lo)]
 
-    def epoch_branches(self, event, q, relation):
+    def epoch_pieces(self, event, q, relation, selections: int = 1):
+        """k = 1: :meth:`epoch_branches` once per epoch.  k > 1 (docs/MATH.md 13.8): upper = the
+        composition of one amplified epoch pair per block (:func:`allocation_blocks`: sizes
+        floor(t/k), ceil(t/k); a block of one step is the unsampled Gaussian), lower = the dominated
+        pair of :func:`allocation_epoch_lower_pair` with k selections (else the epoch sum: Gaussian at
+        sigma sqrt(t)/k), carried by the first piece, the others composing a null pair on the lower
+        side.  None (per-step bounds) under substitution, for other noises, or when a block's lattice
+        does not fit."""
+        k = int(selections)
+        if k == 1:
+            return super().epoch_pieces(event, q, relation)
+        t = epoch_length(q, k)
+        if relation == "substitution":
+            return None
+        gaussian = isinstance(event, E.GaussianEvent)
+        if gaussian:
+            one = unsampled_branches(E.GaussianEvent(event.sigma, event.sensitivity), "add_remove")[0].upper
+            one = (one, one)
+        else:  # (any other noise: its remove pair and the reverse, MATH 13.9)
+            inner = coordinate_law(event).profile
+            one = (inner, inner.reversed())
+        ups = []
+        try:
+            for size, count in sorted(allocation_blocks(t, k).items()):
+                if size == 1:
+                    pair = one
+                elif gaussian:
+                    pair = allocation_epoch_upper(event.sigma, size)
+                else:
+                    amp = allocation_epoch_amplified(event, size)
+                    pair = (amp, amp.reversed())
+                ups.append((pair, count))
+        except LatticeTooLarge:
+            if gaussian:
+                return None
+            ups = [(one, k)]  # (unamplified: the record in k steps of the epoch)
+        null = null_profile()
+        try:
+            lo_rem = allocation_epoch_lower_pair(event.sigma if gaussian else event, t, k).profile
+            lo_add = lo_rem.reversed()
+        except LatticeTooLarge:  # the epoch-sum lower bound: N(k, t sigma^2) per epoch (other noises: none)
+            lo_rem = lo_add = (unsampled_branches(E.GaussianEvent(event.sigma * math.sqrt(t) / k, event.sensitivity),
+                                                  "add_remove")[0].lower if gaussian else null)
+
+        def piece(up, lo):
+            rem, add = Branch("remove", up[0], lo[0]), Branch("add", up[1], lo[1])
+            return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
+
+        (first, n1), rest = ups[0], ups[1:]
+        out = [(piece(first, (lo_rem, lo_add)), 1)]
+        if n1 > 1:
+            out.append((piece(first, (null, null)), n1 - 1))
+        out.extend((piece(up, (null, null)), c) for up, c in rest)
+        return out
+
+    def epoch_branches(self, event, q, relation, selections: int = 1):
         """Per-epoch branches (one epoch = t steps) with the upper pairs of :func:`allocation_epoch_upper`
         (the better of the amplified pair of :func:`allocation_epoch_profile` and the unamplified
         Gaussian, MATH 13.5) and the dominated lower pair of
@@ -68,9 +148,13 @@ class RandomAllocation(SamplingScheme):
         unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
         substitution, for a user-level step, or when the lattice would be too large
         (:data:`MAX_LATTICE`)."""
+        if selections != 1:
+            return None  # (k of t: :meth:`epoch_pieces`)
         t = epoch_length(q)
-        if relation == "substitution" or not isinstance(event, E.GaussianEvent):
+        if relation == "substitution":
             return None
+        if not isinstance(event, E.GaussianEvent):
+            return self._other_noise_branches(event, t, relation)
         try:
             up_rem, up_add = allocation_epoch_upper(event.sigma, t)
         except LatticeTooLarge:
@@ -86,6 +170,27 @@ class RandomAllocation(SamplingScheme):
         return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
 
 
+    @staticmethod
+    def _other_noise_branches(event, t, relation):
+        """Per-epoch branches of random allocation with non-Gaussian noise (docs/MATH.md 13.9): upper =
+        the amplified lattice pair built from the noise's remove pair (:func:`allocation_epoch_amplified`;
+        where no lattice fits, the noise's own pair: the record in one step), add = its reverse;
+        lower = the dominated pair of :func:`allocation_epoch_lower_pair` (where it does not fit, the
+        null pair)."""
+        law = coordinate_law(event)
+        try:
+            up_rem = allocation_epoch_amplified(event, t)
+        except LatticeTooLarge:
+            up_rem = law.profile
+        try:
+            lo_rem = allocation_epoch_lower_pair(event, t).profile
+        except LatticeTooLarge:
+            lo_rem = null_profile()
+        rem = Branch("remove", up_rem, lo_rem)
+        add = Branch("add", up_rem.reversed(), lo_rem.reversed())
+        return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
+
+
 class Shuffle(RandomAllocation):
     """Fixed-size batches of a shuffled epoch.  Under add / remove the absent record's
     slot is left empty (the others keep their batches); substitution is the natural
@@ -96,6 +201,13 @@ class Shuffle(RandomAllocation):
 
     name = "shuffle"
     summary = "fixed-size batches from a shuffled epoch (t = 1/q batches)"
+    takes_selections = False
+
+    def branches(self, event, q, relation):
+        if not isinstance(event, E.GaussianEvent):
+            raise UnsupportedEventError(f"sampling {self.name!r} is implemented for Gaussian noise only, "
+                                        f"got {type(event).__name__}")
+        return super().branches(event, q, relation)
 
     def epoch_branches(self, event, q, relation):
         """Per-epoch branches: upper = the unsampled Gaussian pair at sigma (one epoch, the record
@@ -207,6 +319,108 @@ class LatticeTooLarge(ValueError):
     """The amplified epoch pair would need a lattice beyond :data:`MAX_LATTICE` points."""
 
 
+class CoordinateLaw:
+    """The law under Q of one coordinate's likelihood ratio Y = dP0/dQ0 (docs/MATH.md 13.2, 13.9), from
+    the remove-direction pair (P0, Q0) of one unsampled step of ``event``: ``parts(a)`` gives, at
+    points a >= 0, (G, Gb, F, Fb) with G(a) = E_Q[Y; Y <= a] = P0(L <= ln a), Gb(a) = E_Q[Y; Y > a]
+    = P0(ln a < L < inf), F(a) = Q0(Y <= a) and Fb(a) = Q0(Y > a), read off the pair's loss law
+    (every value within :func:`~pldlib.profiles.base.value_error`, pldlib's accuracy model).
+    ``sd`` estimates sd(Y) (it only sets lattice spacings, never a bound); ``top`` bounds Y's support
+    (+inf if unbounded).  The Gaussian law (``event`` a :class:`~pldlib.events.GaussianEvent`) is
+    in closed form with ndtr, as before."""
+
+    def __init__(self, event):
+        from ..profiles.pairs import unsampled_branches
+
+        self.event = event
+        self.gaussian = isinstance(event, E.GaussianEvent)
+        if self.gaussian:
+            s = event.sigma
+            self.sigma = s
+            self.p_inf = 0.0
+            self.sd = math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
+            self.top = math.inf
+            return
+        br = unsampled_branches(event, "remove")
+        if len(br) != 1:
+            raise UnsupportedEventError(f"random allocation: {type(event).__name__} has no single remove pair")
+        self.profile = br[0].upper
+        self.p_inf = float(self.profile.p_inf)
+        sup = float(self.profile.loss_sup())
+        self.top = math.exp(sup) if sup < 700 else math.inf
+        self.sd = self._sd()
+
+    def _sd(self) -> float:
+        """sd(Y) under Q: E_Q Y^2 = E_P0[e^L; L finite], by numerical integration of
+        2 a Q(Y > a) over a (an estimate: it only sets the lattice spacing)."""
+        from scipy import integrate
+
+        pr = self.profile
+        hi = self.top if math.isfinite(self.top) else math.exp(min(pr.eps_bounds(1e-14)[1], 700.0))
+
+        def f(a):
+            return 2.0 * a * float(np.asarray(pr.sf_q(np.log(a))).ravel()[0]) if a > 0 else 0.0
+
+        pts = [x for x in (1.0, hi / 2) if 0 < x < hi]
+        m2 = integrate.quad(f, 0.0, hi, points=pts or None, limit=400)[0]
+        mean = 1.0 - self.p_inf
+        return math.sqrt(max(m2 - mean * mean, 1e-6))
+
+    def __hash__(self):
+        return hash(self.event)
+
+    def __eq__(self, other):
+        return isinstance(other, CoordinateLaw) and other.event == self.event
+
+    def parts(self, a):
+        """(G, Gb, F, Fb) at the points ``a`` (array, >= 0)."""
+        a = np.asarray(a, dtype=float)
+        if self.gaussian:
+            from scipy.special import ndtr
+
+            s = self.sigma
+            c = 0.5 / s
+            with np.errstate(divide="ignore"):
+                la = np.log(a)
+            # F(y) = Q(Y <= y) = Phi(s ln y + c); G(y) = E_Q[Y; Y <= y] = P(Y <= y) = Phi(s ln y - c)
+            return ndtr(s * la - c), ndtr(c - s * la), ndtr(s * la + c), ndtr(-c - s * la)
+        pr = self.profile
+        pos = a > 0
+        la = np.log(np.where(pos, a, 1.0))
+        G = np.where(pos, pr.cdf_p(la), 0.0)
+        Gb = np.where(pos, np.maximum(pr.sf_p(la) - self.p_inf, 0.0), 1.0 - self.p_inf)
+        F = np.where(pos, pr.cdf_q(la), 0.0)
+        Fb = np.where(pos, pr.sf_q(la), 1.0)
+        return G, Gb, F, Fb
+
+
+@functools.lru_cache(maxsize=64)
+def coordinate_law(event) -> CoordinateLaw:
+    """The (cached) :class:`CoordinateLaw` of ``event``."""
+    return CoordinateLaw(event)
+
+
+def _law(x) -> CoordinateLaw:
+    """A :class:`CoordinateLaw` from a law, an event, or a Gaussian noise multiplier sigma."""
+    if isinstance(x, CoordinateLaw):
+        return x
+    if isinstance(x, E.BaseEvent):
+        return coordinate_law(x)
+    return coordinate_law(E.GaussianEvent(float(x)))
+
+
+def _law_and_sigma(x) -> tuple[CoordinateLaw, float]:
+    """(law, sigma) of a Gaussian noise multiplier (validated) or of a law / event (sigma: NaN unless
+    Gaussian)."""
+    if isinstance(x, (CoordinateLaw, E.BaseEvent)):
+        law = _law(x)
+        return law, (law.sigma if law.gaussian else math.nan)
+    from .. import _validate as V
+
+    s = V.positive_finite("sigma", x)
+    return _law(s), s
+
+
 def _fft_eta(L: int) -> float:
     """Relative l2 error of one real FFT of length L (a power of 2): Higham's bound
     (Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 24.2) log2(L) eta with
@@ -225,26 +439,22 @@ def coordinate_lattice(sigma: float, h: float, top_tail: float = TOP_TAILS[0]):
     alpha = E[(Y - K h)_+] <= top_tail; then every mass is shrunk by a verified factor
     (1 - lambda_0) (the freed mass goes to 0) so that E[min(Y', a_j)] <= E[min(Y, a_j)] holds at
     every lattice point despite round-off, hence for every a (both sides are concave between
-    lattice points and the left one is linear there).  Raises :class:`LatticeTooLarge`."""
-    from scipy.special import ndtr
+    lattice points and the left one is linear there).  Raises :class:`LatticeTooLarge`.
 
-    s = float(sigma)
-    c = 0.5 / s
-
-    def parts(a):
-        with np.errstate(divide="ignore"):
-            la = np.log(a)
-        # F(y) = Q(Y <= y) = Phi(s ln y + c); G(y) = E_Q[Y; Y <= y] = P(Y <= y) = Phi(s ln y - c)
-        return ndtr(s * la - c), ndtr(c - s * la), ndtr(s * la + c), ndtr(-c - s * la)
+    ``sigma`` may also be a :class:`CoordinateLaw` (or an event): any other noise (docs/MATH.md 13.9);
+    a bounded Y's lattice stops at its support's top."""
+    law = _law(sigma)
+    parts = law.parts
+    name = f"sigma={law.sigma:g}" if law.gaussian else type(law.event).__name__
 
     a = max(1.0, h)
     while True:
         G, Gb, F, Fb = parts(np.array([a]))
-        if Gb[0] - a * Fb[0] <= top_tail:
+        if Gb[0] - a * Fb[0] <= top_tail or a >= law.top:
             break
         a *= 1.25
         if a / h > MAX_LATTICE:
-            raise LatticeTooLarge(f"sigma={s:g}: one coordinate would need more than {MAX_LATTICE} lattice points")
+            raise LatticeTooLarge(f"{name}: one coordinate would need more than {MAX_LATTICE} lattice points")
     K = max(2, int(math.ceil(a / h)))
     ak = h * np.arange(K + 2)
     G, Gb, F, Fb = parts(ak)
@@ -327,7 +537,8 @@ class AllocationEpochPair(NamedTuple):
 
 
 @functools.lru_cache(maxsize=16)
-def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> AllocationEpochPair:
+def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING,
+                          top_tails: tuple = TOP_TAILS) -> AllocationEpochPair:
     """The certified amplified upper pair of one epoch of random allocation (remove direction;
     its reverse dominates the add direction), docs/MATH.md 13.2.
 
@@ -342,20 +553,20 @@ def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> All
     t0 = time.perf_counter()
     from .. import _validate as V
 
-    s = V.positive_finite("sigma", sigma)
+    law, s = _law_and_sigma(sigma)
     t = int(t)
     if t < 2:
         raise ValueError(f"t: random allocation needs t >= 2 steps per epoch, got {t}")
     spacing = V.positive_finite("spacing", spacing)
-    h = spacing * math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
+    h = spacing * law.sd
     if not math.isfinite(h) or h <= 0:
         raise LatticeTooLarge(f"sigma={s:g}: the likelihood ratio's spread overflows")
-    for i, top in enumerate(TOP_TAILS):
+    for i, top in enumerate(top_tails):
         try:
-            beta, K, alpha, lam0 = coordinate_lattice(s, h, top)
+            beta, K, alpha, lam0 = coordinate_lattice(law, h, top)
             break
         except LatticeTooLarge:
-            if i == len(TOP_TAILS) - 1:
+            if i == len(top_tails) - 1:
                 raise
     # binary powering: res = sum of `rm` coordinates, base = sum of `bm` coordinates
     res, re, rm = None, 0.0, 0
@@ -378,6 +589,8 @@ def allocation_epoch_pair(sigma: float, t: int, spacing: float = SPACING) -> All
     tp = np.cumsum((sk * q)[::-1])[::-1]
     tq = np.cumsum(q[::-1])[::-1]
     s2 = np.concatenate([[0.0], np.cumsum(sk * sk)[:-1]])
+    if not law.gaussian:  # (a bounded Y may end on an atom of real mass: keeping everything is allowed)
+        tp, tq, s2 = np.append(tp, 0.0), np.append(tq, 0.0), np.append(s2, s2[-1] + sk[-1] ** 2)
     j = max(int(np.argmin(tp + tq + e2 * np.sqrt(s2))), 3)
     q, sk = q[:j], sk[:j]
     n = len(q)
@@ -413,22 +626,31 @@ LOWER_TOP = 1e-10
 MAX_LOWER_FFT = 1 << 23
 
 
-def coordinate_cells(sigma: float, h: float, K: int):
+def coordinate_cells(sigma, h: float, K: int):
     """(m, p, e_m, e_p): the Q- and P-masses of the cells [k h, (k+1) h), k < K, and [K h, inf) of one
     coordinate's likelihood ratio Y (Q: N(0, s^2), P: N(1, s^2); F = Q-cdf of Y, G = P-cdf of Y), with
     l2 bounds on their evaluation errors (ndtr values within value_error; each mass differenced from the
-    cdf or the sf, whichever is below 1/2)."""
-    from scipy.special import ndtr
-
-    s = float(sigma)
-    c = 0.5 / s
+    cdf or the sf, whichever is below 1/2).  ``sigma`` may be a :class:`CoordinateLaw` (or an event):
+    then the cells are (k h, (k+1) h] (the first [0, h], the last (K h, inf], P's +inf atom included),
+    from the pair's loss cdfs (docs/MATH.md 13.9)."""
+    law = _law(sigma)
     a = h * np.arange(K + 1)
-    with np.errstate(divide="ignore"):
-        la = np.log(a)
-    zF, zG = s * la + c, s * la - c
+    if not law.gaussian:
+        G, Gb, F, Fb = law.parts(a)
+        # (P: cdf G, sf = Gb + p_inf; at a = 0 the cdfs are 0 and the sfs the totals)
+        cdfs = ((F, Fb), (G, Gb + law.p_inf))
+    else:
+        from scipy.special import ndtr
 
-    def masses(z):
-        cdf, sf = ndtr(z), ndtr(-z)
+        s = law.sigma
+        c = 0.5 / s
+        with np.errstate(divide="ignore"):
+            la = np.log(a)
+        zF, zG = s * la + c, s * la - c
+        cdfs = ((ndtr(zF), ndtr(-zF)), (ndtr(zG), ndtr(-zG)))
+
+    def masses(cs):
+        cdf, sf = cs
         use_sf = sf[:-1] < 0.5
         d = np.where(use_sf, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1])
         mag = np.where(use_sf, sf[:-1] + sf[1:], cdf[:-1] + cdf[1:])
@@ -436,8 +658,8 @@ def coordinate_cells(sigma: float, h: float, K: int):
         err = np.append(cell_errors(sf, cdf) + 2 * _U * mag, value_error(sf[-1]) + _U * sf[-1])
         return out, float(np.sqrt((err * err).sum()))
 
-    m, em = masses(zF)
-    p, ep = masses(zG)
+    m, em = masses(cdfs[0])
+    p, ep = masses(cdfs[1])
     return m, p, em, ep
 
 
@@ -536,14 +758,15 @@ class AllocationLowerPair(NamedTuple):
     err_q: float
     blank: float      # mass sent to the likelihood-ratio-1 atom (uncertain atoms, totals)
     seconds: float
+    selections: int = 1  # k: the record in k of the t steps
 
 
 @functools.lru_cache(maxsize=8)
-def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
+def allocation_epoch_lower_pair(sigma: float, t: int, selections: int = 1) -> AllocationLowerPair:
     """A pair **dominated by** one epoch of random allocation (remove direction; its reverse is
-    dominated by the add direction), docs/MATH.md 13.3: quantise each noisy batch sum into the
-    cells of its likelihood ratio and release only N = the sum of the t cell indices (a
-    post-processing), so Q_N = m^{*t} and P_N = p * m^{*(t-1)}; computed by one FFT of length
+    dominated by the add direction), docs/MATH.md 13.3 (k > 1 selections: 13.8): quantise each noisy
+    batch sum into the cells of its likelihood ratio and release only N = the sum of the t cell
+    indices (a post-processing), so Q_N = m^{*t} and P_N = p^{*k} * m^{*(t-k)}; computed by one FFT of length
     >= t K + 1 (no wrap-around) with l2 error bounds, then every atom is moved to the certain side
     (its likelihood ratio only towards 1, its masses only down) and the rest goes to one atom of
     likelihood ratio 1.  Raises :class:`LatticeTooLarge` if no spacing of
@@ -553,16 +776,25 @@ def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
     from numpy.fft import irfft, rfft
     from scipy.special import ndtri
 
-    from .. import _validate as V
-
     t0 = time.perf_counter()
-    s = V.positive_finite("sigma", sigma)
+    law, s = _law_and_sigma(sigma)
     t = int(t)
+    k = int(selections)
     if t < 2:
         raise ValueError(f"t: random allocation needs t >= 2 steps per epoch, got {t}")
-    sd = math.sqrt(math.expm1(min(1.0 / s ** 2, 700.0)))
-    # top cell: P(Y > a_K) = Phi(1/(2s) - s ln a_K) <= LOWER_TOP
-    a_top = math.exp((-float(ndtri(LOWER_TOP)) + 0.5 / s) / s)
+    if not 1 <= k < t:
+        raise ValueError(f"selections: k of t random allocation needs 1 <= k < t, got k={k}, t={t}")
+    sd = law.sd
+    if law.gaussian:
+        # top cell: P(Y > a_K) = Phi(1/(2s) - s ln a_K) <= LOWER_TOP
+        a_top = math.exp((-float(ndtri(LOWER_TOP)) + 0.5 / s) / s)
+    else:  # (the first a = 1.25^j with P0(ln a < L < inf) <= LOWER_TOP, or the support's top)
+        a_top = 1.0
+        while a_top < law.top and float(law.parts(np.array([a_top]))[1][0]) > LOWER_TOP:
+            a_top *= 1.25
+            if a_top > 1e300:
+                raise LatticeTooLarge(f"{type(law.event).__name__}: no finite top cell for the lower pair")
+        a_top = min(a_top, law.top)
     for spacing in LOWER_SPACINGS:
         h = spacing * sd
         K = max(2, int(math.ceil(a_top / h)))
@@ -572,20 +804,25 @@ def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
             break
     else:
         raise LatticeTooLarge(f"sigma={s:g}, t={t}: the lower pair would need an FFT beyond {MAX_LOWER_FFT} points")
-    m, p, em, ep = coordinate_cells(s, h, K)
+    m, p, em, ep = coordinate_cells(law, h, K)
     eta = _fft_eta(L)
     M, Pf = rfft(m, L), rfft(p, L)
-    Mk = _complex_power(M, t - 1)
-    Qn = irfft(Mk * M, L)[:n]
-    Pn = irfft(Mk * Pf, L)[:n]
+    Mk = _complex_power(M, t - k)
+    if k == 1:
+        Qn = irfft(Mk * M, L)[:n]
+        Pn = irfft(Mk * Pf, L)[:n]
+    else:
+        Qn = irfft(Mk * _complex_power(M, k), L)[:n]
+        Pn = irfft(Mk * _complex_power(Pf, k), L)[:n]
     # l2 error bounds (docs/MATH.md 13.3): the full spectra's errors (Parseval), |M|, |P| <= 1 for
     # the exact pmfs, the powers' propagation and rounding, then the inverse transform
     sq = math.sqrt(L)
     dM = sq * (eta * float(np.sqrt((m * m).sum())) + em)
     dP = sq * (eta * float(np.sqrt((p * p).sum())) + ep)
     bnd = (1.0 + dM + dP) ** t
-    fq = t * dM * bnd + 8 * t * _U * bnd * sq
-    fp = ((t - 1) * dM + dP) * bnd + 8 * t * _U * bnd * sq
+    rnd = 8 * (t + (2 if k > 1 else 0)) * _U * bnd * sq  # the powers' (and, k > 1, one more product's) rounding
+    fq = t * dM * bnd + rnd
+    fp = ((t - k) * dM + k * dP) * bnd + rnd
     err_q = (fq / sq + eta * (float(np.sqrt((Qn * Qn).sum())) + fq / sq)) * (1 + 8 * eta)
     err_p = (fp / sq + eta * (float(np.sqrt((Pn * Pn).sum())) + fp / sq)) * (1 + 8 * eta)
     p_lo, p_hi, q_lo, q_hi = Pn - err_p, Pn + err_p, Qn - err_q, Qn + err_q
@@ -612,7 +849,12 @@ def allocation_epoch_lower_pair(sigma: float, t: int) -> AllocationLowerPair:
     # each direction on its own: its certain masses (P'' remove, Q'' add) and losses (MATH 13.3)
     prof = DominatedFiniteProfile.pair(losses, P2[keep], Q2[keep])
     blank = float(prof.p_masses[prof.losses == 0.0].sum())
-    return AllocationLowerPair(prof, s, t, h, K + 1, L, err_p, err_q, blank, time.perf_counter() - t0)
+    return AllocationLowerPair(prof, s, t, h, K + 1, L, err_p, err_q, blank, time.perf_counter() - t0, k)
+
+
+def null_profile() -> FiniteProfile:
+    """The pair of two equal laws (one atom of privacy loss 0): composing it changes nothing."""
+    return FiniteProfile(np.zeros(1), np.ones(1), 0.0)
 
 
 # -- the better of two certified upper pairs, per epoch (docs/MATH.md 13.5) ----------------------
@@ -753,6 +995,33 @@ def _hull_pair(eps, gam, w, slack):
     return SummedFiniteProfile(lv[keep], pv[keep], pinf)
 
 
+#: (top tail, spacing) of the coarser lattices tried, in order, where the default ones
+#: (:data:`TOP_TAILS` at :data:`SPACING`) do not fit (small sigma: the likelihood ratio's lognormal
+#: tail is heavy, MATH 13.2 "Small sigma"); each is as certified, only looser: the top tail goes to
+#: P(+inf) (a floor on delta, which the better-of-two pair of 13.5 removes in the tail) and the
+#: spacing adds at most h^2/4 to each coordinate's variance
+FALLBACK_LATTICES = ((1e-8, 0.05), (1e-8, 0.1), (1e-8, 0.2), (1e-8, 0.5))
+
+
+def allocation_epoch_amplified(sigma, t: int) -> FiniteProfile:
+    """The amplified epoch pair (remove direction) of :func:`allocation_epoch_pair` on the default
+    lattice, else on the first of :data:`FALLBACK_LATTICES` that fits; raises
+    :class:`LatticeTooLarge` when none does.  ``sigma``: a Gaussian noise multiplier, or an event
+    (any noise with a remove pair, MATH 13.9)."""
+    x = sigma if isinstance(sigma, E.BaseEvent) and not isinstance(sigma, E.GaussianEvent) else None
+    if x is None:
+        x = float(sigma.sigma if isinstance(sigma, E.GaussianEvent) else sigma)
+    try:
+        return allocation_epoch_pair(x, int(t)).profile
+    except LatticeTooLarge:
+        for top, spacing in FALLBACK_LATTICES:
+            try:
+                return allocation_epoch_pair(x, int(t), spacing, (top,)).profile
+            except LatticeTooLarge:
+                continue
+        raise
+
+
 @functools.lru_cache(maxsize=16)
 def allocation_epoch_upper(sigma: float, t: int):
     """(remove, add): the per-epoch upper pairs of random allocation, each the
@@ -760,8 +1029,8 @@ def allocation_epoch_upper(sigma: float, t: int):
     and the unamplified epoch pair (Gaussian at noise sigma, which dominates one epoch in both
     directions, MATH 13), so that neither is worse than the better of the two (MATH 13.5); where that
     construction does not verify (ArithmeticError), the amplified pair alone.  Raises
-    :class:`LatticeTooLarge` as :func:`allocation_epoch_pair`."""
-    prof = allocation_epoch_profile(float(sigma), int(t))
+    :class:`LatticeTooLarge` as :func:`allocation_epoch_amplified`."""
+    prof = allocation_epoch_amplified(float(sigma), int(t))
     try:
         rem = min_upper_profile(prof.losses, prof.p_masses, prof.p_inf, float(sigma))
         add = min_upper_profile(-prof.losses, prof.q_masses, prof.q_minus_inf, float(sigma))
@@ -796,8 +1065,9 @@ class UnamplifiedBounds:
 def unamplified_bounds(components, relation: str) -> "UnamplifiedBounds | None":
     """:class:`UnamplifiedBounds` of ``components`` [(step or event, count)] when every component is a
     random-allocation or shuffle step of Gaussian noise (example level, whole epochs) or an unsampled
-    Gaussian, and at least one is sampled; None otherwise.  Per epoch of t steps at noise sigma:
-    mu_up^2 += c^2 / sigma^2, mu_lo^2 += c^2 / (t sigma^2) (c = 2 under substitution, else 1)."""
+    Gaussian, and at least one is sampled; None otherwise.  Per epoch of t steps at noise sigma, the
+    record in k of them: mu_up^2 += k c^2 / sigma^2, mu_lo^2 += k^2 c^2 / (t sigma^2) (c = 2 under
+    substitution, else 1)."""
     c2 = 4.0 if relation == "substitution" else 1.0
     up2 = lo2 = 0.0
     sampled = False
@@ -808,12 +1078,13 @@ def unamplified_bounds(components, relation: str) -> "UnamplifiedBounds | None":
             if ev.sampling not in ("random_allocation", "shuffle") or ev.group != 1 \
                     or not isinstance(ev.event, E.GaussianEvent):
                 return None
-            t = epoch_length(ev.q)
+            sel = ev.selections
+            t = epoch_length(ev.q, sel)
             if k % t:
                 return None
             sig = ev.event.sigma
-            up2 += (k // t) * c2 / sig ** 2
-            lo2 += (k // t) * c2 / (t * sig ** 2)
+            up2 += (k // t) * sel * c2 / sig ** 2
+            lo2 += (k // t) * sel * sel * c2 / (t * sig ** 2)
             sampled = True
         else:
             if isinstance(ev, E.Sampled):

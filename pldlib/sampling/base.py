@@ -20,7 +20,7 @@ from .. import events as E
 from ..profiles.pairs import Branch, UnsupportedEventError, family_of, unsampled_branches
 
 __all__ = ["SamplingScheme", "register", "get_scheme", "scheme_names", "sampling_names", "dominating_pairs",
-           "directions", "user_level_branches", "check_steps", "NO_SAMPLING"]
+           "directions", "scheme_kw", "user_level_branches", "check_steps", "NO_SAMPLING"]
 
 #: the sampling name of an unsampled step (every record is used)
 NO_SAMPLING = "none"
@@ -33,6 +33,9 @@ class SamplingScheme:
     name: str = ""
     relations: tuple = V.RELATIONS
     summary: str = ""
+    #: whether a step may put a record in k > 1 of an epoch's steps (``Sampled.selections``); such
+    #: a scheme's methods take a ``selections`` keyword (passed only when it is not 1)
+    takes_selections: bool = False
 
     def branches(self, event, q: float, relation: str) -> list[Branch]:
         raise NotImplementedError
@@ -55,8 +58,23 @@ class SamplingScheme:
         (:func:`pldlib.methods.schedule.epoch_components`); the others use the per-step branches."""
         return None
 
+    def epoch_pieces(self, event, q: float, relation: str, **kw) -> list[tuple[list[Branch], int]] | None:
+        """One epoch as a composition of per-epoch pairs: [(branches, count)], each ``branches`` a list
+        like :meth:`epoch_branches` composed ``count`` times per epoch (the upper and lower sides of
+        all pieces together bound one epoch); None: use :meth:`branches` per step.  The default is
+        :meth:`epoch_branches` once."""
+        br = self.epoch_branches(event, q, relation, **kw)
+        return None if br is None else [(br, 1)]
+
     def __repr__(self) -> str:
         return f"<sampling scheme {self.name!r}: {self.summary}>"
+
+
+def scheme_kw(step) -> dict:
+    """The extra keywords a :class:`~pldlib.events.Sampled` step passes to its scheme's methods
+    (``selections`` when it is not 1)."""
+    k = getattr(step, "selections", 1)
+    return {"selections": k} if k != 1 else {}
 
 
 _SCHEMES: dict[str, SamplingScheme] = {}
@@ -96,7 +114,11 @@ def dominating_pairs(step, relation: str) -> list[Branch]:
                                             f"(it supports {', '.join(scheme.relations)})")
             if step.group > 1:
                 return scheme.group_branches(step.event, step.q, relation, step.group)
-            return scheme.branches(step.event, step.q, relation)
+            kw = scheme_kw(step)
+            if kw and not scheme.takes_selections:
+                raise UnsupportedEventError(f"sampling {scheme.name!r} has no k of t selections "
+                                            f"(selections={step.selections}); 'random_allocation' has")
+            return scheme.branches(step.event, step.q, relation, **kw)
         step = step.event
     if not isinstance(step, E.BaseEvent):
         raise TypeError(f"not a single-step event: {step!r}")
@@ -107,7 +129,7 @@ def check_steps(step, count: int) -> None:
     """ValueError naming ``steps`` if ``count`` runs of ``step`` are not a whole number
     of the scheme's epochs (:meth:`SamplingScheme.steps_multiple`)."""
     if isinstance(step, E.Sampled) and step.q < 1.0:
-        t = get_scheme(step.sampling).steps_multiple(step.q)
+        t = get_scheme(step.sampling).steps_multiple(step.q, **scheme_kw(step))
         if count % t:
             raise ValueError(f"steps: sampling {step.sampling!r} is accounted per epoch of t={t} steps; "
                              f"steps must be a multiple of t, got {count}")

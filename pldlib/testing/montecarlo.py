@@ -21,7 +21,8 @@ from .. import _validate as V
 from ..methods.base import Interval, Step, components_of
 from ..profiles.base import FiniteProfile, GaussianProfile, LaplaceProfile
 
-__all__ = ["delta_interval", "events_delta_interval", "banded_mixture", "sample_losses", "allocation_delta", "AllocationMC"]
+__all__ = ["delta_interval", "events_delta_interval", "banded_mixture", "sample_losses", "allocation_delta", "AllocationMC",
+           "laplace_allocation_delta"]
 
 
 def sample_losses(profile, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -150,8 +151,21 @@ class AllocationMC(NamedTuple):
     upper: np.ndarray
 
 
+def _log_elementary_symmetric(b, k: int):
+    """ln e_k(exp(b_1), ..., exp(b_t)) per row of ``b`` (the elementary symmetric polynomial of degree
+    k), by the recurrence E_j <- E_j + y_i E_{j-1} on rows scaled by their largest entry."""
+    top = b.max(axis=1, keepdims=True)
+    y = np.exp(b - top)
+    e = np.zeros((b.shape[0], k + 1))
+    e[:, 0] = 1.0
+    for i in range(b.shape[1]):
+        e[:, 1:] = e[:, 1:] + y[:, i:i + 1] * e[:, :-1]
+    with np.errstate(divide="ignore"):
+        return np.log(e[:, k]) + k * top[:, 0]
+
+
 def allocation_delta(sigma: float, t: int, epochs: int, epsilon, *, n_samples: int = 1_000_000,
-                     beta: float = 1e-3, seed=None, chunk: int = 100_000) -> AllocationMC:
+                     beta: float = 1e-3, seed=None, chunk: int = 100_000, selections: int = 1) -> AllocationMC:
     """Monte Carlo estimate of delta(eps) of ``epochs`` epochs of random allocation with t steps
     per epoch (sum query of sensitivity 1, Gaussian noise ``sigma`` per step, one differing
     record, the others contributing 0 -- the worst case, realised by a dataset).
@@ -167,14 +181,23 @@ def allocation_delta(sigma: float, t: int, epochs: int, epsilon, *, n_samples: i
     delta_add(eps) = E_Q[(1 - e^{eps + L})_+] (the add loss is -L, sampled under Q).
     Each average is of values in [0, 1], so Hoeffding with a union bound over the
     2 |eps| estimates gives ``eta``.  A statistical check, not a certified bound.
+
+    ``selections`` = k > 1: the record in k of the t batches (uniform k-subset; by symmetry the
+    first k under P), L(y) = ln( e_k(exp((2 y - 1) / (2 sigma^2))) / C(t, k) ) with e_k the
+    elementary symmetric polynomial (the average over the k-subsets of the likelihood ratios).
     """
     eps = V.epsilon_array("epsilon", epsilon)
     n_samples = V.steps("n_samples", n_samples)
     beta = V.probability_open("beta", beta)
     rng = np.random.default_rng(seed)
     s, t, epochs = float(sigma), int(t), int(epochs)
+    k = V.positive_int("selections", selections)
+    if k >= t:
+        raise ValueError(f"selections: need k < t, got k={k}, t={t}")
     # (2y - 1)/(2 s^2) = y/s^2 - 1/(2 s^2); with y = s z: z/s - 1/(2 s^2)
     off = -0.5 / s**2 - math.log(t)
+    if k > 1:
+        off = -0.5 * k / s**2 - (math.lgamma(t + 1) - math.lgamma(k + 1) - math.lgamma(t - k + 1))
     sums = {"remove": np.zeros(eps.size), "add": np.zeros(eps.size)}
     sq = {"remove": np.zeros(eps.size), "add": np.zeros(eps.size)}
     buf = np.empty((min(chunk, n_samples), t))
@@ -188,7 +211,10 @@ def allocation_delta(sigma: float, t: int, epochs: int, epsilon, *, n_samples: i
                 rng.standard_normal(out=b)
                 b *= 1.0 / s
                 if direction == "remove":
-                    b[:, 0] += 1.0 / s**2  # the record's batch: y_0 + 1, i.e. z/s + 1/s^2
+                    b[:, :k] += 1.0 / s**2  # the record's batches: y_j + 1, i.e. z/s + 1/s^2
+                if k > 1:
+                    y += _log_elementary_symmetric(b, k) + off
+                    continue
                 with np.errstate(over="ignore"):
                     np.exp(b, out=b)
                 y += np.log(b.sum(axis=1)) + off
@@ -205,3 +231,33 @@ def allocation_delta(sigma: float, t: int, epochs: int, epsilon, *, n_samples: i
     lo = np.clip(np.maximum(est["remove"], est["add"]) - eta, 0.0, 1.0)
     up = np.clip(np.maximum(est["remove"], est["add"]) + eta, 0.0, 1.0)
     return AllocationMC(eps, est["remove"], est["add"], eta, se["remove"], se["add"], n, lo, up)
+
+
+def laplace_allocation_delta(b: float, t: int, epochs: int, epsilon, *, n_samples: int = 1_000_000,
+                             seed=None, chunk: int = 50_000, beta: float = 1e-3):
+    """(estimate, eta): Monte Carlo delta(eps) (the larger direction) of ``epochs`` epochs of random
+    allocation with Laplace noise of scale ``b`` (sum query of sensitivity 1, one dimension, the others
+    contributing 0): per coordinate the likelihood ratio is exp((|x| - |x - 1|) / b), the epoch's the
+    mean over the t coordinates (remove: sampled under P, the record in the first step by symmetry;
+    add: under Q, loss negated); eta = Hoeffding half-width with a union bound over the 2 |eps|
+    estimates at failure probability ``beta``.  A statistical check, not a certified bound."""
+    eps = V.epsilon_array("epsilon", epsilon)
+    n = V.steps("n_samples", n_samples)
+    rng = np.random.default_rng(seed)
+    est = []
+    for direction in ("remove", "add"):
+        acc = np.zeros(eps.size)
+        for c in range(0, n, chunk):
+            m = min(chunk, n - c)
+            x = rng.laplace(0.0, b, (m, epochs, t))
+            if direction == "remove":
+                x[:, :, 0] += 1.0
+            y = (np.abs(x) - np.abs(x - 1.0)) / b
+            loss = (np.logaddexp.reduce(y, axis=2) - math.log(t)).sum(axis=1)
+            if direction == "add":
+                loss = -loss
+            acc += (-np.expm1(np.minimum(eps[:, None] - loss[None, :], 0.0))).sum(axis=1)
+        est.append(acc / n)
+    eta = math.sqrt(math.log(2 * 2 * eps.size / beta) / (2 * n))
+    return np.maximum(est[0], est[1]), eta
+

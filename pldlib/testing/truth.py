@@ -1217,3 +1217,29 @@ def epsilon_gaussian(delta, sigma, steps, q=1.0, direction="remove", dps=30, xto
         res = (a + b) / 2 if b - a > 0 else a
     with mpmath.workdps(dps):
         return +res
+
+
+def lognormal_call_put(sigma):
+    """(call, put): K -> E(Y - K)_+ and K -> E(K - Y)_+ for the likelihood ratio Y = exp(Z / s - 1 / (2 s^2))
+    of the Gaussian pair (N(1, s^2) against N(0, s^2)) under Q (Z ~ N(0, 1), E Y = 1), in closed form at
+    the current mpmath precision (set ``mp.mp.dps`` first): Black's formula with zero rate.  Used by the
+    quadrature truths of random allocation (docs/MATH.md 13.2, 13.8)."""
+    import mpmath as mp
+
+    s = mp.mpf(sigma)
+    c = 1 / (2 * s)
+
+    def call(K):
+        if K <= 0:
+            return 1 - K
+        z = s * mp.log(K)
+        return mp.ncdf(c - z) - K * mp.ncdf(-c - z)
+
+    def put(K):
+        if K <= 0:
+            return mp.mpf(0)
+        z = s * mp.log(K)
+        return K * mp.ncdf(z + c) - mp.ncdf(z - c)
+
+    return call, put
+
