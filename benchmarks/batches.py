@@ -239,6 +239,11 @@ def render() -> None:
               "them on a coarser lattice (docs/MATH.md 13.2, \"Small sigma\": the default one would exceed 2^22 "
               "points, the likelihood ratio's lognormal tail being heavy)"
               + (f", where RA upper / Poisson upper ranges {min(cr):.3f} to {max(cr):.3f}" if cr else "")
+              + ("; at sigma " + ", ".join(sorted({str(r['sigma']) for r in coarse
+                                                    if r['upper'] > 0.95 * r['shuffle_upper']}))
+                 + " the coarse pair's delta floor (its P(+inf), about 1e-5 per epoch) exceeds delta and the upper "
+                 "bound stays within 5% of the unamplified one"
+                 if any(r['upper'] > 0.95 * r['shuffle_upper'] for r in coarse) else "")
               + (f"; the others (sigma <= {max(r['sigma'] for r in rows if not r.get('amplified'))}) keep the "
                  "unamplified upper and the epoch-sum lower" if len(amp) < len(rows) else "")
               + ".  On the default lattice RA upper / Poisson upper ranges "
@@ -417,6 +422,18 @@ def _render_peers(parts) -> list[str]:
             L.append(f"| {names[r['noise']]} {r['parameter']} | {r['t']} | {r['epochs']} | "
                      f"[{r['lower']:.4g}, {r['upper']:.4g}] | {(r['upper'] - r['lower']) / r['upper']:.4f} | {pois} | "
                      f"{un} | {ru} | {r['seconds']:.2f} |")
+        worse = [r for r in rows if "poisson_upper" in r and r["lower"] > r["poisson_upper"]]
+        ratio = [r["upper"] / r["unamplified_upper"] for r in rows if "unamplified_upper" in r]
+        L += ["", f"Certified upper / unamplified upper: {min(ratio):.3f} to {max(ratio):.3f}.  Rows where random "
+              f"allocation is certifiably less private than Poisson sampling at the same rate (its certified lower "
+              f"bound above Poisson's certified upper bound): {len(worse)} of "
+              f"{sum('poisson_upper' in r for r in rows)}"
+              + (" (" + "; ".join(f"{names[r['noise']]} {r['parameter']}, t = {r['t']}, {r['epochs']} "
+                                  f"epoch{'s' if r['epochs'] > 1 else ''}: "
+                                  f"{r['lower']:.4g} > {r['poisson_upper']:.4g}" for r in worse) + ")" if worse else "")
+              + ".  With Laplace noise, unlike Gaussian noise in the DP-SGD regime, random allocation is not "
+              "more private than Poisson sampling on these shapes."
+              if worse else "."]
         if mc:
             n = mc[0]["samples"]
             L += ["", f"Monte Carlo of the exact Laplace pair (scale b, the others contributing 0, one dimension), "
@@ -431,21 +448,22 @@ def _render_peers(parts) -> list[str]:
     if "saving" in parts:
         rows = parts["saving"]
         L += ["## Certified noise saving of random allocation over Poisson", "",
-              "Same expected batch size (q = 1/t), same target eps at delta = 1e-5, add_remove.  sigma (Poisson) and "
+              "Same expected batch size (q = k/t: each record in k of the t steps of an epoch), same target eps at "
+              "delta = 1e-5, add_remove.  sigma (Poisson) and "
               "sigma (RA) = the smallest sigma whose certified upper bound meets the target (pldlib.calibrate); "
               "floor (RA) = the largest sigma at which random allocation's certified *lower* bound still exceeds "
               "the target, so no accountant can certify less noise than it.  The true saving lies between "
               "'certified' (what can be claimed today) and 'at most'.", "",
-              "| t | epochs | steps | target eps | sigma (Poisson) | sigma (RA) | floor (RA) | saving certified | "
-              "saving at most | seconds (Poisson / RA) |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "| t | k | epochs | steps | target eps | sigma (Poisson) | sigma (RA) | floor (RA) | saving certified | "
+              "saving at most | seconds (Poisson / RA) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            L.append(f"| {r['t']} | {r['epochs']} | {r['steps']:,} | {r['eps']} | {r['sigma_poisson']:.4f} | "
+            L.append(f"| {r['t']} | {r.get('k', 1)} | {r['epochs']} | {r['steps']:,} | {r['eps']} | {r['sigma_poisson']:.4f} | "
                      f"{r['sigma_ra']:.4f} | {_g(r['sigma_ra_floor'], '.4f')} | {100 * r['saving_certified']:.2f}% | "
                      f"{_pct(r['saving_at_most'])} | {r['seconds_poisson']:.1f} / {r['seconds_ra']:.1f} |")
         best = max(rows, key=lambda r: r["saving_certified"])
         most = [r["saving_at_most"] for r in rows if r["saving_at_most"] is not None]
         L += ["", f"Largest certified saving on these shapes: {100 * best['saving_certified']:.2f}% (t = {best['t']}, "
-              f"{best['epochs']} epochs, eps {best['eps']}); where a floor is certified, at most "
+              f"k = {best.get('k', 1)}, {best['epochs']} epochs, eps {best['eps']}); where a floor is certified, at most "
               f"{_pct(max(most)) if most else 'n/a'}.  n/a: random allocation's certified lower bound is too weak "
               "within 20% below its certified sigma to bound the saving.", ""]
     return L

@@ -15,7 +15,7 @@ results/batches/ and rendered by :mod:`benchmarks.batches`:
   (docs/MATH.md 13.9) beside Poisson sampling and the unamplified bound, and Monte Carlo of the
   Laplace pair at 10^7 samples per direction;
 * ``saving`` -- the certified noise saving of random allocation (one batch per step, each record
-  in exactly one step per epoch) over Poisson sampling at the same expected batch size and the
+  in exactly one, or k, of the steps of each epoch) over Poisson sampling at the same expected batch size and the
   same certified epsilon, on five DP-SGD shapes: sigma calibrated on each scheme's certified
   upper bound, and, for the true saving's other side, the sigma below which random
   allocation's certified *lower* bound already exceeds the target.
@@ -55,6 +55,8 @@ KMC = [(3, 2, 1.0, 1), (4, 2, 0.8, 1), (6, 3, 1.5, 3), (8, 3, 0.8, 5), (20, 5, 1
 
 #: (t = 1/q, epochs, target eps at delta 1e-5): DP-SGD shapes
 SAVING = [(100, 100, 8.0), (100, 10, 3.0), (1000, 10, 1.0), (1000, 100, 4.0), (256, 50, 2.0)]
+#: (t, epochs, target eps, k): k of t shapes (each record in k of the t steps, Poisson at q = k/t)
+SAVING_K = [(100, 10, 4.0, 2), (100, 10, 8.0, 4), (1000, 10, 2.0, 4), (256, 50, 4.0, 2)]
 
 
 def run_truncated() -> list[dict]:
@@ -217,20 +219,21 @@ def _sigma_where_lower_exceeds(make, eps, delta, hi, tol=1e-3, reach=0.8):
 
 def run_saving() -> list[dict]:
     rows = []
-    for t, epochs, eps in SAVING:
-        q, steps = 1.0 / t, t * epochs
+    for t, epochs, eps, k in [(*x, 1) for x in SAVING] + SAVING_K:
+        q, steps = k / t, t * epochs
+        kw = {"selections": k} if k > 1 else {}
         t0 = time.perf_counter()
         pois = pldlib.calibrate(eps, DELTA, q, steps, sampling="poisson")
         tp = time.perf_counter() - t0
         t0 = time.perf_counter()
-        ra = pldlib.calibrate(eps, DELTA, q, steps, sampling="random_allocation")
+        ra = pldlib.calibrate(eps, DELTA, q, steps, sampling="random_allocation", **kw)
         tr = time.perf_counter() - t0
 
-        def make(sig):
-            return pldlib.account(pldlib.Gaussian(sig, q=q, sampling="random_allocation"), steps=steps)
+        def make(sig, q=q, steps=steps, kw=kw):
+            return pldlib.account(pldlib.Gaussian(sig, q=q, sampling="random_allocation", **kw), steps=steps)
 
         ra_floor = _sigma_where_lower_exceeds(make, eps, DELTA, ra.sigma)
-        rows.append({"t": t, "epochs": epochs, "steps": steps, "eps": eps, "sigma_poisson": pois.sigma,
+        rows.append({"t": t, "k": k, "epochs": epochs, "steps": steps, "eps": eps, "sigma_poisson": pois.sigma,
                      "sigma_poisson_lower": pois.sigma_lower, "sigma_ra": ra.sigma, "sigma_ra_floor": ra_floor,
                      "seconds_poisson": tp, "seconds_ra": tr,
                      "saving_certified": 1.0 - ra.sigma / pois.sigma,
