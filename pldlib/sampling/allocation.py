@@ -626,15 +626,16 @@ LOWER_TOP = 1e-10
 MAX_LOWER_FFT = 1 << 23
 
 
-def coordinate_cells(sigma, h: float, K: int):
+def coordinate_cells(sigma, h: float, K: int, edges=None):
     """(m, p, e_m, e_p): the Q- and P-masses of the cells [k h, (k+1) h), k < K, and [K h, inf) of one
     coordinate's likelihood ratio Y (Q: N(0, s^2), P: N(1, s^2); F = Q-cdf of Y, G = P-cdf of Y), with
     l2 bounds on their evaluation errors (ndtr values within value_error; each mass differenced from the
     cdf or the sf, whichever is below 1/2).  ``sigma`` may be a :class:`CoordinateLaw` (or an event):
     then the cells are (k h, (k+1) h] (the first [0, h], the last (K h, inf], P's +inf atom included),
-    from the pair's loss cdfs (docs/MATH.md 13.9)."""
+    from the pair's loss cdfs (docs/MATH.md 13.9).  ``edges`` (increasing, from 0; K + 1 of them)
+    replaces the uniform edges k h: any cells give a post-processing (MATH 13.8)."""
     law = _law(sigma)
-    a = h * np.arange(K + 1)
+    a = h * np.arange(K + 1) if edges is None else np.asarray(edges, dtype=float)
     if not law.gaussian:
         G, Gb, F, Fb = law.parts(a)
         # (P: cdf G, sf = Gb + p_inf; at a = 0 the cdfs are 0 and the sfs the totals)
@@ -804,7 +805,13 @@ def allocation_epoch_lower_pair(sigma: float, t: int, selections: int = 1) -> Al
             break
     else:
         raise LatticeTooLarge(f"sigma={s:g}, t={t}: the lower pair would need an FFT beyond {MAX_LOWER_FFT} points")
-    m, p, em, ep = coordinate_cells(law, h, K)
+    edges = None
+    if k > 1:  # (cells uniform in W = ln(1 - q + q Y), q = k/t: closer to the likelihood ratio for k > 1, MATH 13.8)
+        q = k / t
+        w = math.log1p(-q) + np.log1p(q * (a_top - 1.0) / (1.0 - q)) * np.arange(K + 1) / K
+        edges = np.expm1(w - math.log1p(-q)) * (1.0 - q) / q
+        edges[0], edges[-1] = 0.0, a_top
+    m, p, em, ep = coordinate_cells(law, h, K, edges)
     eta = _fft_eta(L)
     M, Pf = rfft(m, L), rfft(p, L)
     Mk = _complex_power(M, t - k)
