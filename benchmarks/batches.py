@@ -465,7 +465,10 @@ def _render_peers(parts) -> list[str]:
         L += ["", f"Largest certified saving on these shapes: {100 * best['saving_certified']:.2f}% (t = {best['t']}, "
               f"k = {best.get('k', 1)}, {best['epochs']} epochs, eps {best['eps']}); where a floor is certified, at most "
               f"{_pct(max(most)) if most else 'n/a'}.  n/a: random allocation's certified lower bound is too weak "
-              "within 20% below its certified sigma to bound the saving.", ""]
+              "within 20% below its certified sigma to bound the saving.  Dong and Özgür (arXiv 2605.07072) report "
+              "up to 9.6% less noise than Poisson with a Monte Carlo accountant; on the shapes above where a floor "
+              f"is certified, no accountant can certify more than {_pct(max(most)) if most else 'n/a'} (their own "
+              "shapes were not at hand).", ""]
     return L
 
 

@@ -158,3 +158,32 @@ def test_other_methods_and_substitution_refuse_with_the_reason():
 def test_the_mechanism_route():
     m = pldlib.Laplace(1.0, q=0.01, sampling="random_allocation")
     assert pldlib.account(m, steps=1000).epsilon(1e-5) == _acc(E.LaplaceEvent(1.0), 100, 10).epsilon(1e-5)
+
+
+# -- a mixture of Gaussians as the noise: Monte Carlo of the exact pair ------------------------------
+@pytest.mark.parametrize("t,epochs", [(4, 1), (4, 5)])
+def test_mixture_of_gaussians_monte_carlo_inside(t, epochs):
+    """Noise N(0, s^2) against the mixture sum_i p_i N(c_i, s^2) per step (MATH 13.6), the record in one
+    uniform step per epoch: the exact epoch likelihood ratio is the mean over the steps of
+    sum_i p_i exp((c_i x_j - c_i^2 / 2) / s^2); Monte Carlo (2e5 samples per direction, Hoeffding at
+    beta = 1e-3) meets the certified interval."""
+    s, c, p = 1.0, np.array([0.0, 1.0, 2.0]), np.array([0.5, 0.3, 0.2])
+    ev = E.MixtureOfGaussiansEvent(s, tuple(c), tuple(p))
+    eps = np.array([0.1, 0.5, 1.0]) * math.sqrt(epochs)
+    rng = np.random.default_rng(77 + t + epochs)
+    n = 200_000
+    est = []
+    for direction in ("remove", "add"):
+        x = s * rng.standard_normal((n, epochs, t))
+        if direction == "remove":  # the record's step (the first, by symmetry) draws a mixture component
+            x[:, :, 0] += c[rng.choice(len(c), size=(n, epochs), p=p)]
+        y = np.log((p[None, None, None, :] * np.exp((c * x[..., None] - c * c / 2) / s ** 2)).sum(-1))
+        loss = (np.logaddexp.reduce(y, axis=2) - math.log(t)).sum(axis=1)
+        if direction == "add":
+            loss = -loss
+        est.append((-np.expm1(np.minimum(eps[:, None] - loss[None, :], 0.0))).mean(axis=1))
+    mc = np.maximum(est[0], est[1])
+    eta = math.sqrt(math.log(2 * 2 * len(eps) / 1e-3) / (2 * n))
+    iv = _acc(ev, t, epochs).delta(eps)
+    assert np.all(iv.lower <= mc + eta) and np.all(mc - eta <= iv.upper), (eps, iv, mc, eta)
+    assert np.all(iv.upper - iv.lower <= 0.05), iv  # (and the interval is narrow)
