@@ -145,9 +145,9 @@ class RandomAllocation(SamplingScheme):
         (the better of the amplified pair of :func:`allocation_epoch_profile` and the unamplified
         Gaussian, MATH 13.5) and the dominated lower pair of
         :func:`allocation_epoch_lower_pair` (or, where its FFT does not fit, the epoch-sum lower pair:
-        unsampled Gaussian at sigma sqrt(t)); None (use :meth:`branches` per step) under
-        substitution, for a user-level step, or when the lattice would be too large
-        (:data:`MAX_LATTICE`)."""
+        unsampled Gaussian at sigma sqrt(t)); other noises: :meth:`_other_noise_branches`; None (use
+        :meth:`branches` per step) under substitution, for a user-level step, or when the lattice
+        would be too large (:data:`MAX_LATTICE`)."""
         if selections != 1:
             return None  # (k of t: :meth:`epoch_pieces`)
         t = epoch_length(q)
@@ -168,7 +168,6 @@ class RandomAllocation(SamplingScheme):
         rem = Branch("remove", up_rem, lo_rem)
         add = Branch("add", up_add, lo_add)
         return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
-
 
     @staticmethod
     def _other_noise_branches(event, t, relation):
