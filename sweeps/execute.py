@@ -440,6 +440,13 @@ def _workers(client) -> dict | None:
     return out
 
 
+def _check_lease(lease, path: str, store_id, run: int) -> None:
+    """StoreError when the driver's lease on the store was lost (a driver that lost the store must
+    not write into it)."""
+    if lease.lost:
+        raise StoreError(_lost_message(lease.lost, path, store_id, run))
+
+
 def _lost_message(lost: str, path: str, store_id, run: int) -> str:
     """Why this driver stops, and what of its work is in the store -- read back, not assumed."""
     attrs = read_attrs(path)
@@ -592,8 +599,7 @@ def _submit_and_write(client, where, plan, todo, n_todo, status, report, *, retr
     watch = _WorkerWatch(client, where, say, worker_timeout, "blocks")
 
     def check_lease():
-        if lease.lost:
-            raise StoreError(_lost_message(lease.lost, path, store_id, report.run))
+        _check_lease(lease, path, store_id, report.run)
 
     try:
         fill()
@@ -761,8 +767,7 @@ def _run_sharded(client, where, plan, layout, bstate, report, *, retries, say, b
     watch = _WorkerWatch(client, where, say, worker_timeout, "tasks")
 
     def check_lease():
-        if lease.lost:
-            raise StoreError(_lost_message(lease.lost, path, store_id, report.run))
+        _check_lease(lease, path, store_id, report.run)
 
     try:
         fill()
