@@ -4,7 +4,8 @@ higher layer.
 
 Layers, lowest first (a module may import its own layer and those below):
 
-0. ``pldlib._validate``, ``pldlib.allocator`` -- argument checks, process tuning
+0. ``pldlib._validate``, ``pldlib.allocator``, ``pldlib._deadline`` -- argument checks, process
+   tuning, the hard time limit
 1. ``pldlib.events`` -- events as pure data
 2. ``pldlib.profiles`` -- the hockey-stick maths of each mechanism's pairs
 3. ``pldlib.pld`` (grid, discretisation, FFT composition, trade-off curves), ``pldlib.exact``
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS = [
-    ("pldlib._validate", "pldlib.allocator"),
+    ("pldlib._validate", "pldlib.allocator", "pldlib._deadline"),
     ("pldlib.events",),
     ("pldlib.profiles",),
     ("pldlib.pld", "pldlib.exact"),

@@ -1,5 +1,6 @@
 """Issue 22: answers that need no grid, and the automatic grid's time budget."""
 import time
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -101,3 +102,106 @@ def test_time_budget_is_validated(bad):
 def test_no_time_budget_is_allowed():
     acc = _remove_accountant(time_budget=None)
     assert acc.epsilon(1e-5).upper == _remove_accountant().epsilon(1e-5).upper
+
+
+# -- the hard stop: work running past the budget is interrupted ----------------------------
+from pldlib import _deadline  # noqa: E402
+from pldlib.pld.compose import compose as _compose  # noqa: E402
+
+
+def test_deadline_check_raises_only_past_the_deadline_and_nests_to_the_earlier():
+    _deadline.check()  # no deadline: nothing happens
+    with _deadline.hard_deadline(time.perf_counter() + 60):
+        _deadline.check()
+        with _deadline.hard_deadline(time.perf_counter() - 1.0):
+            with pytest.raises(_deadline.DeadlineExceeded, match="time budget"):
+                _deadline.check("x")
+        with _deadline.hard_deadline(None):  # (an inner block without a deadline keeps the outer one)
+            assert 0 < _deadline.remaining() <= 60
+        _deadline.check()
+    assert _deadline.remaining() == float("inf")
+
+
+def test_a_started_composition_is_interrupted():
+    plds = pldlib.PLDAccountant("remove", spacing=1e-3).compose(
+        E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 100)
+    plds._ensure_built()
+    st = plds._branches[0]
+    with _deadline.hard_deadline(time.perf_counter() - 1e-9):
+        with pytest.raises(_deadline.DeadlineExceeded):
+            _compose(st.uppers_at(None), st.lowers_at(None), st.counts, theta=0.0)
+    comp = _compose(st.uppers_at(None), st.lowers_at(None), st.counts, theta=0.0)  # (outside: it runs)
+    assert comp.n_bins > 0
+
+
+class _SlowFFT:
+    """scipy.fft as the composition module sees it, on a machine whose forward FFTs take
+    ``pause`` seconds more than here: the measured rate cannot predict that a composition of
+    TIME_MIN_BINS points (which always starts) takes that long."""
+
+    def __init__(self, pause):
+        import scipy.fft as sfft
+
+        self._sfft, self.pause, self.calls = sfft, pause, 0
+
+    def __getattr__(self, name):
+        return getattr(self._sfft, name)
+
+    def rfft(self, *a, **k):
+        self.calls += 1
+        time.sleep(self.pause)
+        return self._sfft.rfft(*a, **k)
+
+
+PAUSE = 0.6
+
+
+def _timed_epsilon(monkeypatch, grace):
+    from pldlib.pld import compose as C
+
+    monkeypatch.setattr(C, "sfft", _SlowFFT(PAUSE))
+    monkeypatch.setattr(pld_budget, "HARD_GRACE", grace)
+    acc = pldlib.PLDAccountant("remove", time_budget=0.5).compose(
+        E.Sampled(E.GaussianEvent(0.8), 0.05, "poisson"), 2000)
+    t0 = time.perf_counter()
+    iv = acc.epsilon(1e-12)
+    return time.perf_counter() - t0, iv, acc
+
+
+def test_a_started_composition_that_runs_long_is_stopped_near_the_budget(monkeypatch):
+    # without the hard stop the query runs through all its compositions (about 1.5 s and more
+    # on this slow machine); with it, the query ends within the budget, the grace and one
+    # forward FFT, flagged, with a certified interval (trivial where nothing was certified yet)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyLimitedWarning)
+        free, ref, _ = _timed_epsilon(monkeypatch, 1000.0)
+    grace = 0.2
+    bound = 0.5 + grace + PAUSE + 0.3  # budget + grace + one slow FFT + slack
+    assert free > bound + 0.2, free  # (the case is slow enough for the stop to matter)
+    with pytest.warns(AccuracyLimitedWarning):
+        took, iv, acc = _timed_epsilon(monkeypatch, grace)
+    assert took < bound, took
+    assert acc.accuracy_limited
+    assert iv.lower <= ref.upper and ref.lower <= iv.upper  # both certified: they meet
+    assert iv.upper - iv.lower >= ref.upper - ref.lower
+
+
+def test_an_interrupted_build_answers_the_trivial_interval_and_a_later_query_rebuilds(monkeypatch):
+    monkeypatch.setattr(pld_budget, "HARD_GRACE", -0.5)  # (the hard stop at the start of the query)
+    acc = pldlib.PLDAccountant("add_remove", time_budget=0.5).compose(
+        E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 1000)
+    with pytest.warns(AccuracyLimitedWarning, match="ran out"):
+        e = acc.epsilon(1e-5)
+        d = acc.delta(-1.0)
+    assert (e.lower, e.upper) == (-np.inf, np.inf) or e.upper == np.inf
+    assert d.upper == 1.0 and d.lower == pytest.approx(1 - np.exp(-1.0), rel=1e-15)  # (the closed-form floor)
+    monkeypatch.setattr(pld_budget, "HARD_GRACE", 0.5)
+    again = acc.epsilon(1e-5)
+    assert np.isfinite(again.upper)
+
+
+def test_an_explicit_spacing_is_never_interrupted(monkeypatch):
+    monkeypatch.setattr(pld_budget, "HARD_GRACE", -0.5)
+    a = pldlib.PLDAccountant("remove", spacing=1e-3, time_budget=0.5).compose(
+        E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 1000)
+    assert np.isfinite(a.epsilon(1e-5).upper) and not a.accuracy_limited

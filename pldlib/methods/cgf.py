@@ -91,6 +91,7 @@ from typing import Sequence
 import numpy as np
 from scipy import optimize, special
 
+from .. import _deadline
 from ..profiles.mixtures import GaussianNoise, LaplaceNoise, MaxProfile, MixtureProfile, _logsumexp_weighted
 from ..profiles.base import FiniteProfile, GaussianProfile, LaplaceProfile, PrivacyProfile
 
@@ -193,6 +194,7 @@ class StepCGF:
         for i, ti in enumerate(flat):
             if stop is not None and time.perf_counter() > stop:
                 raise CGFDeadline("the cumulant tables ran past their deadline")
+            _deadline.check("tabulating cumulants")
             out[:, i] = self._cumulants_scalar(float(ti))
         return out.reshape((7,) + t.shape)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from .. import _validate as V
 from .. import events as E
 from .. import exact as X
+from .._deadline import DeadlineExceeded
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
 from .base import Accountant, Interval, Step, StepsTables, as_event, branch_labels
@@ -83,8 +85,10 @@ def account(mechanism, steps: int | None = None, *, spacing: float | None = None
         10, :data:`DEFAULT_TIME_BUDGET`; None: no limit).  A composition predicted (from the
         measured cost per FFT point) to end past it is not started: the grid is coarsened
         instead, or the re-tilt loop keeps the certified answers it has, with the same flag
-        and warning as the memory budget.  The budget is soft (discretisation and the last
-        composition are not interrupted) and never applies to an explicit ``spacing``.
+        and warning as the memory budget.  Work still running ``HARD_GRACE`` (0.5 s) past the
+        budget is interrupted between FFTs and discretisation passes; the query keeps the
+        answers it has certified, or answers the trivial interval, flagged.  The budget never
+        applies to an explicit ``spacing``.
 
     Unsampled Gaussian, randomized-response and (eps0, delta0)-DP steps are answered
     exactly (:mod:`pldlib.exact`, docs/MATH.md section 12): all unsampled Gaussians
@@ -567,9 +571,9 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 comp = self._compose(st, theta, cut_scale=cut_scale, lower=lower, thinned=thinned)
             except UntiltError:
                 break  # the answers found so far stand; the rest is refused by the caller
-            except TimeBudgetError:
+            except (TimeBudgetError, DeadlineExceeded):
                 if not np.all(share[todo] < REFUSE_SHARE):
-                    raise  # nothing certifiable yet: the grid is coarsened (``_auto``)
+                    raise  # nothing certifiable yet: the grid is coarsened (``_auto``), or out of time
                 self._limited()
                 break  # the answers found so far are certified, only looser
         return lo, up, share
@@ -801,15 +805,18 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 return Interval(math.inf, math.inf) if scalar else Interval(inf, inf.copy())
         with self._clock():
             t_start = time.perf_counter()
-            self._ensure_built()
-            if self._exact is not None:
-                lo, up = self._exact.epsilon_bounds(deltas)
-            else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
-                grid = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d))
-                lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
-                                          lambda: grid.epsilon_bounds(deltas))
-                if not self._pinf[1] > 0:
-                    lo, up = self._sharpen("eps", deltas, lo, up, t_start)
+            try:
+                self._ensure_built()
+                if self._exact is not None:
+                    lo, up = self._exact.epsilon_bounds(deltas)
+                else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
+                    grid = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d))
+                    lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
+                                              lambda: grid.epsilon_bounds(deltas))
+                    if not self._pinf[1] > 0:
+                        lo, up = self._sharpen("eps", deltas, lo, up, t_start)
+            except DeadlineExceeded:
+                return self._out_of_time("eps", deltas, scalar)
         up = np.where(np.isnan(up), np.inf, up)  # no certificate: the trivial bound
         lo = np.where(np.isnan(lo), -np.inf, lo)
         ceiling = self._loss_ceiling()
@@ -817,6 +824,26 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
             up = np.minimum(up, ceiling)
         if not self.upper_only:  # (upper-only accountants report -inf, as documented)
             lo, up = _ordered(np.maximum(lo, _eps_floor(deltas)), up, "epsilon", deltas)
+        if scalar:
+            return Interval(float(lo[0]), float(up[0]))
+        return Interval(lo, up)
+
+    def _out_of_time(self, kind: str, x: np.ndarray, scalar: bool) -> Interval:
+        """The answer of a query whose work the hard deadline stopped (:mod:`pldlib._deadline`;
+        no certified grid answer was in hand): the trivial certified interval with its
+        closed-form lower floor, flagged accuracy-limited."""
+        warnings.warn(f"pldlib: the time budget of {self.time_budget} s ran out before a grid answer was certified; "
+                      "answering with the trivial certified interval (a larger time_budget gives a real one)",
+                      AccuracyLimitedWarning, stacklevel=3)
+        self.accuracy_limited = True
+        if kind == "eps":
+            lo, up = np.full(x.shape, -np.inf), np.full(x.shape, np.inf)
+            if not self.upper_only:
+                lo = np.maximum(lo, _eps_floor(x))
+        else:
+            lo, up = np.zeros(x.shape), np.ones(x.shape)
+            if not self.upper_only:
+                lo = np.maximum(lo, _delta_floor(x))
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
@@ -876,8 +903,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                     for s, k in self._steps:
                         finer.compose(s.event, k)
                     iv = finer.epsilon(x[idx]) if kind == "eps" else finer.delta(x[idx])
-                except (MemoryError, ArithmeticError, ValueError, PrecisionLimitError):
-                    break
+                except (MemoryError, ArithmeticError, ValueError, PrecisionLimitError, TimeoutError):
+                    break  # (TimeoutError: the hard deadline; the answers in hand stand)
                 took = max(took, (time.perf_counter() - t1) / f)
                 merge(iv.lower, iv.upper, idx)
             small = (up < SHARPEN_TINY) if kind == "delta" else (x < SHARPEN_TINY)
@@ -1043,15 +1070,18 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         eps = V.epsilon_array("epsilon", epsilon)
         with self._clock():
             t_start = time.perf_counter()
-            self._ensure_built()
-            if self._exact is not None:
-                lo, up = self._exact.delta_bounds(eps)
-            else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
-                grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
-                lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "delta", eps,
-                                          lambda: grid.delta_bounds(eps))
-                if not self._pinf[1] > 0:
-                    lo, up = self._sharpen("delta", eps, lo, up, t_start)
+            try:
+                self._ensure_built()
+                if self._exact is not None:
+                    lo, up = self._exact.delta_bounds(eps)
+                else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
+                    grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
+                    lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "delta", eps,
+                                              lambda: grid.delta_bounds(eps))
+                    if not self._pinf[1] > 0:
+                        lo, up = self._sharpen("delta", eps, lo, up, t_start)
+            except DeadlineExceeded:
+                return self._out_of_time("delta", eps, scalar)
         up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound
         lo = np.where(np.isnan(lo), 0.0, lo)
         ceiling = self._loss_ceiling()

@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 
+from .. import _deadline
 from .. import _validate as V
 from .._validate import GridTooLargeError
 
@@ -35,6 +36,10 @@ DEFAULT_MEMORY_BUDGET = 2**30
 #: default time budget (seconds) of one query (and of one build) on an automatic grid: a
 #: composition predicted to end past it coarsens the grid (flagged) instead of running
 DEFAULT_TIME_BUDGET = 10.0
+#: seconds past the time budget after which work still running on an automatic grid is
+#: interrupted (a hard stop between FFTs and discretisation passes; the query then answers with
+#: what it has certified, flagged): no query overruns its budget by much more than this
+HARD_GRACE = 0.5
 #: compositions of at most this many points always run, past the deadline too (a few tenths
 #: of a second each): coarsening for time ends there
 TIME_MIN_BINS = 2**18
@@ -99,8 +104,12 @@ class BudgetPolicy:
             yield
             return
         self._deadline = time.perf_counter() + self.time_budget
+        # the hard stop (automatic grids only: an explicit spacing is answered as asked): work
+        # still running HARD_GRACE after the budget is interrupted (:mod:`pldlib._deadline`)
+        hard = self._deadline + HARD_GRACE if self._auto_grid() else None
         try:
-            yield
+            with _deadline.hard_deadline(hard):
+                yield
         finally:
             self._deadline = None
 

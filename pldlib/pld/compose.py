@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.fft as sfft
 
+from .. import _deadline
 from .._validate import GridTooLargeError, PrecisionLimitError  # noqa: F401  (re-exported)
 
 
@@ -972,6 +973,7 @@ def _int_power(X: np.ndarray, k: int, overwrite_x: bool = False) -> np.ndarray:
     base = X
     own = overwrite_x  # (else X itself is never written: the squarings go to a buffer of their own)
     while True:
+        _deadline.check("an FFT composition")  # (each pass: one elementwise product or two)
         if k & 1:
             if out is None:
                 # (the running power becomes the result as it is; the next squaring goes to a
@@ -1290,6 +1292,7 @@ def _compose_side(sides, theta, w_lo, n_bins, chern, roll: bool = True):
         K += sd.count
         rows.append((tf, sd.count))
         if len(rows) == fft_rows or sd is sides[-1]:
+            _deadline.check("an FFT composition")
             # the forward FFTs of several sides in one call (rows of one array)
             # (one side: its row as a view, no stacked copy)
             stacked = rows[0][0][None, :] if len(rows) == 1 else np.stack([r for r, _ in rows])
@@ -1299,6 +1302,7 @@ def _compose_side(sides, theta, w_lo, n_bins, chern, roll: bool = True):
                     Z = _int_power(X[i], k, overwrite_x=True)  # (each row of X is read once)
                     spec = Z if spec is None else spec * Z
             rows = []
+    _deadline.check("an FFT composition")
     y = sfft.irfft(spec, N)  # (one transform: threads would not split it)
     # entrywise round-off bound on y (tilted, normalised masses)
     eta = 16.0 * _U * math.ceil(math.log2(max(N, 2)))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _deadline
 from .grid import DiscretePLD
 from ..profiles.base import (MAX_SINGLE_LOSS, SF_REL_ACCURACY, TAIL_FROM, TAIL_LOG_ACCURACY,  # noqa: F401
                              VALUE_ABS_FLOOR, PrivacyProfile, cell_errors, loss_range, value_error)
@@ -204,6 +205,7 @@ def connect_the_dots(profile: PrivacyProfile, grid: Grid, keep: np.ndarray | Non
     themselves keep total 1; ``mass_err`` bounds the remaining round-off of
     the cell masses, which the composition adds on the pessimistic side.
     """
+    _deadline.check("discretising a step")
     one_minus = -math.expm1(-grid.h)  # 1 - e^{-(b - a)} of a cell of one step
     if keep is None:
         eps = grid.eps
@@ -470,10 +472,12 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     candidate lies below h, so their lower convex hull does too; tangents of
     slope in [-1, 0] keep it >= max(0, 1 - alpha).  Guarantee: optimistic.
     """
+    _deadline.check("discretising a step")
     eps = grid.eps
     x = np.exp(eps)
     n = grid.n
     hv, s = _delta_and_sf_q(profile, eps)  # s = -h'(alpha+) = Q(L > eps): the right derivative
+    _deadline.check("discretising a step")
     # -h'(alpha-) = Q(L >= eps): the same as s without atoms
     s_left = s if getattr(profile, "atomless", False) else profile.sf_q(np.nextafter(eps, -np.inf))
     istar = -grid.start  # index of eps = 0

@@ -27,6 +27,7 @@ import math
 import numpy as np
 from scipy import special
 
+from .. import _deadline
 from .base import MAX_SINGLE_LOSS, FiniteProfile, LossRangeError, PrivacyProfile, _as_array
 
 __all__ = [
@@ -618,6 +619,7 @@ def poisson_substitution(noise, q: float) -> MixtureProfile:
             a = np.full(e.size, -span)
             b = np.full(e.size, span)
         for _ in range(200):
+            _deadline.check("discretising a step")
             m = 0.5 * (a + b)
             le = loss(m) <= e
             a = np.where(le, m, a)
@@ -729,6 +731,7 @@ def shift_mixture_remove(noise: GaussianNoise, weights, shifts=None) -> MixtureP
         x = hi.copy()
         tiny = 4 * np.finfo(float).eps
         for _ in range(200):
+            _deadline.check("discretising a step")
             f, d = h_slope(x)
             nx = np.clip(x - (f - T) / d, lo, x)
             if np.all(np.abs(nx - x) <= tiny * np.maximum(1.0, np.abs(x))):
