@@ -151,3 +151,69 @@ def test_chernoff_bound_above_exact_poisson_step(sigma, q, eps):
     lg = chernoff_log_delta([(cgf, 1)], [eps])[0]
     assert lg >= mp.log(exact)
     assert lg <= mp.log(exact) + mp.log(1000)
+
+
+# -- the PRV accountant with its automatic accuracy ------------------------------------------
+from pldlib.methods.prv import PRVAccountant  # noqa: E402
+from pldlib.testing.truth import delta_gaussian  # noqa: E402
+
+
+def _prv(sharpen, **kw):
+    return PRVAccountant("remove", sharpen=sharpen, **kw).compose(
+        E.Sampled(E.GaussianEvent(2.0), 0.01, "poisson"), 1000)
+
+
+def test_prv_wide_answers_are_asked_again_on_finer_meshes_and_stay_certified():
+    # eps_error = 0.01 widens eps ~ 0.62 by 2.6%: asked again at eps_error / 4 and / 16 it is
+    # under 1%, and both intervals bracket the 30-digit contour-integral truth
+    plain, sharp = _prv(False).epsilon(1e-5), _prv(None).epsilon(1e-5)
+    assert (plain.upper - plain.lower) / plain.upper > 0.02
+    assert (sharp.upper - sharp.lower) / sharp.upper < 0.01
+    assert plain.lower <= sharp.lower <= sharp.upper <= plain.upper
+    assert float(delta_gaussian(sharp.lower, 2.0, 1000, 0.01, "remove")) >= 1e-5
+    assert float(delta_gaussian(sharp.upper, 2.0, 1000, 0.01, "remove")) <= 1e-5
+    truth = float(delta_gaussian(0.3, 2.0, 1000, 0.01, "remove"))
+    d_plain, d_sharp = _prv(False).delta(0.3), _prv(None).delta(0.3)
+    assert d_plain.lower <= d_sharp.lower <= truth <= d_sharp.upper <= d_plain.upper
+    assert (d_sharp.upper - d_sharp.lower) < 0.1 * (d_plain.upper - d_plain.lower)
+    assert plain.lower <= sharp.estimate <= plain.upper  # (the estimate is the same mesh's, clipped)
+
+
+def test_prv_sharpening_follows_the_accuracy_asked():
+    # an error given is the user's accuracy (no sharpening) unless sharpen=True; fresh() keeps it
+    assert _prv(None).sharpen and not _prv(None, eps_error=0.01).sharpen
+    assert not _prv(None, delta_error=1e-12).sharpen and _prv(True, eps_error=0.01).sharpen
+    asked = _prv(None, eps_error=0.01).epsilon(1e-5)
+    assert asked == _prv(False).epsilon(1e-5)
+    assert _prv(None).fresh().sharpen and not _prv(None, eps_error=0.01).fresh().sharpen
+    with pytest.raises(TypeError, match="sharpen"):
+        PRVAccountant("remove", sharpen="yes")
+
+
+def test_prv_tradeoff_is_sharpened_too():
+    from pldlib.testing.robust_truths import np_power  # (the exact Neyman-Pearson power of one step)
+
+    def acc(sharpen):
+        return PRVAccountant("remove", sharpen=sharpen).compose(E.Sampled(E.GaussianEvent(1.5), 0.08, "poisson"), 1)
+
+    plain, sharp = acc(False).max_tpr(1e-3), acc(None).max_tpr(1e-3)
+    t_lo, t_up = (float(v) for v in np_power(1.5, 0.08, 1e-3, "remove"))  # (an enclosure of the truth)
+    truth = t_lo
+    assert plain.lower <= sharp.lower <= t_up and t_lo <= sharp.upper <= plain.upper
+    assert (plain.upper - plain.lower) / truth > 0.01 > (sharp.upper - sharp.lower) / truth
+
+
+def test_a_grid_limited_by_its_budgets_is_sharpened_by_the_central_limit_bounds():
+    # 6e7 steps: the grid within the budgets is coarse (width ~50%); the saddle-point accountant's
+    # Berry-Esseen bounds are tight in this regime.  Both ends checked against the 30-digit
+    # contour-integral truth through delta at the ends.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = PLDAccountant("add").compose(E.Sampled(E.GaussianEvent(2.48), 7.67e-05, "poisson"), 60_283_319)
+        iv = a.epsilon(2.45e-05)
+    assert a.accuracy_limited
+    assert (iv.upper - iv.lower) / iv.upper < 0.01
+    assert float(delta_gaussian(iv.lower, 2.48, 60_283_319, 7.67e-05, "add")) >= 2.45e-05
+    assert float(delta_gaussian(iv.upper, 2.48, 60_283_319, 7.67e-05, "add")) <= 2.45e-05

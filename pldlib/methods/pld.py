@@ -25,6 +25,7 @@ from .. import exact as X
 from .._deadline import DeadlineExceeded
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
+from . import sharpen as S
 from .base import Accountant, Interval, Step, StepsTables, as_event, branch_labels
 from .schedule import EpochStep, epoch_components, group_schedule
 from .pld_budget import (BYTES_PER_BIN, DEFAULT_MEMORY_BUDGET, DEFAULT_TIME_BUDGET, READ_FACTOR,  # noqa: F401
@@ -202,19 +203,8 @@ def _account_steps(relation, event, steps_list, *, spacing=None, max_bins=DEFAUL
     return out
 
 
-#: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
-SHARPEN_WIDTH = 0.01
-#: how much finer the grids asked again are (each only while its predicted time fits the budget)
-SHARPEN_FACTORS = (4, 16)
-#: delta answers (eps answers: deltas asked) below this also ask the saddle-point bounds
-SHARPEN_TINY = 1e-10
-#: the saddle-point bounds get at most this many seconds (their cumulant tables stop there), and
-#: are asked only while at least half of it is left of the time budget
-SHARPEN_SPA_SECONDS = 3.0
-#: the tilts the saddle-point bounds range over (beyond its default 1e4: tiny deltas need large tilts)
-SHARPEN_SPA_T_RANGE = (1e-5, 1e6)
-#: the saddle-point bounds give up this many seconds before the query's deadline
-SHARPEN_MARGIN = 0.5
+#: sharpening's settings (:mod:`pldlib.methods.sharpen`), under the names this module had
+SHARPEN_WIDTH, SHARPEN_FACTORS, SHARPEN_TINY = S.WIDTH, S.FACTORS, S.TINY
 
 
 def _eps_floor(deltas: np.ndarray) -> np.ndarray:
@@ -850,16 +840,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
 
     # -- sharpening wide answers (docs/MATH.md 5.9) -----------------------------------------
     def _sharpen(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
-        """Narrow answers wider than SHARPEN_WIDTH (relative to the upper end; eps answers with a
-        floor of 1e-3) by asking again, and keeping the intersection of the certified intervals
-        (both contain the truth, so their intersection does):
-
-        * the same composition on grids SHARPEN_FACTORS times finer, while the time the first
-          answer took, scaled by the factor, fits what is left of the time budget (the spacing
-          rule aims at delta near 1e-5 and eps near 1; far from there a finer grid is cheap);
-        * at tiny scales (delta, or the delta asked, below SHARPEN_TINY) the saddle-point
-          accountant's certified Chernoff and Berry-Esseen bounds (docs/MATH.md 6.5), which carry
-          the tails analytically where the grid's floor (truncated tail mass) is above the truth.
+        """Narrow answers wider than 1% (:func:`pldlib.methods.sharpen.sharpen`, docs/MATH.md 5.9):
+        the same composition on grids 4 and 16 times finer while that fits the time budget, then
+        the analytic (Chernoff, saddle-point) bounds at tiny scales -- and, for a grid limited by
+        its budgets, for every wide answer (the long compositions whose grid is coarse are the
+        central-limit regime, where the Berry-Esseen bounds are tight).
 
         Only automatic grids are sharpened (an explicit spacing is the user's accuracy), never
         random allocation (its width is the gap between its proven bounds) or an upper-only
@@ -867,88 +852,24 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         if (self.upper_only or not self._auto_grid() or not self._branches
                 or any(isinstance(m, EpochStep) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
             return lo, up
-        lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
 
-        def wide():
-            with np.errstate(invalid="ignore"):
-                scale = np.maximum(np.abs(up), 1e-3) if kind == "eps" else np.abs(up)
-                return np.isfinite(lo) & np.isfinite(up) & ((up - lo) > SHARPEN_WIDTH * scale)
+        def finer(f, xs):
+            acc = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
+                                memory_budget=self.memory_budget)
+            acc._sharpening = True
+            for s, k in self._steps:
+                acc.compose(s.event, k)
+            return acc.epsilon(xs) if kind == "eps" else acc.delta(xs)
 
-        def merge(l2, u2, idx):
-            l2, u2 = np.asarray(l2, dtype=float), np.asarray(u2, dtype=float)
-            nl, nu = np.maximum(lo[idx], np.nan_to_num(l2, nan=-np.inf)), np.minimum(up[idx], np.nan_to_num(u2, nan=np.inf))
-            ok = nl <= nu  # (certified intervals always meet; never trade an answer for a crossing)
-            lo[idx[ok]], up[idx[ok]] = nl[ok], nu[ok]
-
-        if not wide().any():
-            return lo, up
-        from .cgf import deadline as cgf_deadline  # (scipy.optimize: imported only when needed)
-
-        deadline = self.__dict__.get("_deadline")
-        took = max(time.perf_counter() - t_start, 1e-3)
         self._sharpening = True
         try:
-            for f in () if self.accuracy_limited else SHARPEN_FACTORS:  # (limited: no finer grid fits)
-                idx = np.nonzero(wide())[0]
-                if idx.size == 0:
-                    return lo, up
-                left = math.inf if deadline is None else deadline - time.perf_counter()
-                if 2.0 * f * took > left - SHARPEN_MARGIN:
-                    break
-                t1 = time.perf_counter()
-                try:
-                    finer = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
-                                          memory_budget=self.memory_budget)
-                    finer._sharpening = True
-                    for s, k in self._steps:
-                        finer.compose(s.event, k)
-                    iv = finer.epsilon(x[idx]) if kind == "eps" else finer.delta(x[idx])
-                except (MemoryError, ArithmeticError, ValueError, PrecisionLimitError, TimeoutError):
-                    break  # (TimeoutError: the hard deadline; the answers in hand stand)
-                took = max(took, (time.perf_counter() - t1) / f)
-                merge(iv.lower, iv.upper, idx)
-            small = (up < SHARPEN_TINY) if kind == "delta" else (x < SHARPEN_TINY)
-            idx = np.nonzero(wide() & small)[0]
-            if idx.size and kind == "delta":
-                try:  # the quick Chernoff bound first (one cumulant per tilt, about 80 tilts)
-                    stop = time.perf_counter() + SHARPEN_SPA_SECONDS
-                    with cgf_deadline(stop if deadline is None else min(stop, deadline - SHARPEN_MARGIN)):
-                        u2 = self._chernoff_delta(x[idx])
-                    merge(np.full(idx.size, -np.inf), u2, idx)
-                except (MemoryError, ArithmeticError, ValueError, NotImplementedError, TimeoutError):
-                    pass
-                idx = np.nonzero(wide() & (up < SHARPEN_TINY))[0]
-            left = math.inf if deadline is None else deadline - time.perf_counter()
-            if idx.size and left > SHARPEN_SPA_SECONDS / 2 + SHARPEN_MARGIN:
-                from .spa import SPAAccountant
-                try:  # (its cumulant tables stop short of the query's deadline: CGFDeadline)
-                    stop = time.perf_counter() + SHARPEN_SPA_SECONDS
-                    with cgf_deadline(stop if deadline is None else min(stop, deadline - SHARPEN_MARGIN)):
-                        spa = SPAAccountant(self.relation, on_edge="flag", t_range=SHARPEN_SPA_T_RANGE)
-                        for s, k in self._steps:
-                            spa.compose(s.event, k)
-                        iv = spa.epsilon(x[idx]) if kind == "eps" else spa.delta(x[idx])
-                except (MemoryError, ArithmeticError, ValueError, NotImplementedError, PrecisionLimitError,
-                        TimeoutError):
-                    return lo, up
-                merge(iv.lower, iv.upper, idx)
+            return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
+                             deadline=self.__dict__.get("_deadline"),
+                             finer=None if self.accuracy_limited else finer, relation=self.relation,
+                             components=self._eff, events=[(s.event, k) for s, k in self._steps],
+                             analytic_everywhere=self.accuracy_limited)
         finally:
             self._sharpening = False
-        return lo, up
-
-    def _chernoff_delta(self, eps: np.ndarray) -> np.ndarray:
-        """Certified upper bounds on delta(eps): the maximum over branches of the Chernoff bound of
-        each branch's composed CGF (:func:`pldlib.methods.cgf.chernoff_delta`, docs/MATH.md 6.5).
-        Raises NotImplementedError for steps without a CGF."""
-        from .cgf import chernoff_delta, mechanism_cgfs
-
-        per_comp = [mechanism_cgfs(m) for m, _ in self._eff]
-        out = np.zeros(eps.shape)
-        for label in branch_labels(per_comp):
-            parts = [(next((c for c in bl if c[0] == label), bl[0])[1], k)
-                     for bl, (_, k) in zip(per_comp, self._eff)]
-            out = np.maximum(out, chernoff_delta(parts, eps))
-        return out
 
     def _loss_ceiling(self, label: str | None = None) -> float:
         """A certified upper bound on every composed privacy loss of branch ``label`` (the sum

@@ -110,9 +110,10 @@ import scipy.fft as sfft
 
 from .. import _validate as V
 from .._validate import PrecisionLimitError
+from . import sharpen as S
 from .base import Accountant, Interval, branch_labels, components_of
 from ..pld import compose as _C
-from .pld import DEFAULT_MEMORY_BUDGET
+from .pld import DEFAULT_MEMORY_BUDGET, DEFAULT_TIME_BUDGET
 from ..pld.compose import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
 from ..profiles.base import SF_REL_ACCURACY, TAIL_LOG_ACCURACY, VALUE_ABS_FLOOR, loss_range, value_error
 from ..profiles.mixtures import MaxProfile, MixtureProfile
@@ -123,6 +124,11 @@ __all__ = ["account_prv", "PRVAccountant", "DiscretePRV", "discretise_prv", "DEF
 _U = np.finfo(float).eps / 2
 #: default delta_error: 1e-3 of delta = 1e-9, the smallest delta most users query
 DEFAULT_DELTA_ERROR = 1e-12
+#: default eps_error: the widening in eps the mesh is designed for
+DEFAULT_EPS_ERROR = 0.01
+#: with the automatic accuracy, sharpening a wide answer (finer meshes, analytic bounds) ends
+#: within this many seconds of the query's start (the PLD accountant's default time budget)
+SHARPEN_SECONDS = DEFAULT_TIME_BUDGET
 #: round-off share of an answer above which it is recomputed with a tilt
 RETILT_SHARE = 1e-4
 #: round-off share above which an answer is refused
@@ -398,16 +404,17 @@ def mesh_for(eps_error: float, delta_error: float, total_steps: int) -> float:
 # ----------------------------------------------------------------------------
 # the accountant
 # ----------------------------------------------------------------------------
-def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: float | None = None,
-                max_bins: int = DEFAULT_MAX_BINS, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> "PRVAccountant":
+def account_prv(mechanism, steps=None, *, eps_error: float | None = None, delta_error: float | None = None,
+                max_bins: int = DEFAULT_MAX_BINS, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                sharpen: bool | None = None) -> "PRVAccountant":
     """PRV accounting (seed 003) for ``steps`` compositions of ``mechanism`` or a list of (mechanism, steps).
 
     Parameters
     ----------
     mechanism : Mechanism or list of (Mechanism, steps)
     steps : number of compositions (single mechanism)
-    eps_error : the widening in eps the mesh is designed for (the paper's eps_error):
-        the mesh is h ~= eps_error / sqrt(K ln(2 / delta_error) / 2).
+    eps_error : the widening in eps the mesh is designed for (the paper's eps_error; default
+        0.01): the mesh is h ~= eps_error / sqrt(K ln(2 / delta_error) / 2).
     delta_error : the additive delta error the mesh and the truncation are designed for
         (default :data:`DEFAULT_DELTA_ERROR` = 1e-12, i.e. 1e-3 of delta = 1e-9; pass about
         1e-3 of the smallest delta you will query if that is smaller).
@@ -417,6 +424,12 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
         point while one is made and read, RETAINED_BYTES_PER_BIN per point for each one kept.
         Cached compositions are dropped to stay inside it; a composition (or a step) that
         cannot fit raises :class:`~pldlib.GridTooLargeError` before it allocates.
+    sharpen : with neither error given (the automatic accuracy; ``None``, the default), an answer
+        wider than 1% is asked again on meshes 4 and 16 times finer (eps_error / f,
+        delta_error / f^4) while that fits in :data:`SHARPEN_SECONDS`, then of the analytic
+        Chernoff and saddle-point bounds at tiny scales, and the intersection of the certified
+        intervals is returned (docs/MATH.md 5.9).  With an error given the mesh is the one
+        asked for, unless ``sharpen=True``.
 
     Returns
     -------
@@ -424,7 +437,7 @@ def account_prv(mechanism, steps=None, *, eps_error: float = 0.01, delta_error: 
     :class:`~pldlib.Interval` (lower, upper, estimate); lower and upper are certified.
     """
     return PRVAccountant.for_mechanism(mechanism, steps, eps_error=eps_error, delta_error=delta_error,
-                                       max_bins=max_bins, memory_budget=memory_budget)
+                                       max_bins=max_bins, memory_budget=memory_budget, sharpen=sharpen)
 
 
 class _Side:
@@ -621,10 +634,15 @@ class PRVAccountant(Accountant):
     method = "prv"
     kind = "certified"
 
-    def __init__(self, relation: str = "add_remove", *, eps_error: float = 0.01, delta_error: float | None = None,
-                 max_bins: int = DEFAULT_MAX_BINS, memory_budget: int = DEFAULT_MEMORY_BUDGET):
+    def __init__(self, relation: str = "add_remove", *, eps_error: float | None = None, delta_error: float | None = None,
+                 max_bins: int = DEFAULT_MAX_BINS, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                 sharpen: bool | None = None):
         super().__init__(relation)
-        self.eps_error = V.positive_finite("eps_error", eps_error)
+        if sharpen is not None and not isinstance(sharpen, (bool, np.bool_)):
+            raise TypeError(f"sharpen must be True, False or None, got {V.fmt(sharpen)}")
+        # automatic accuracy (neither error given): answers wider than 1% are asked again on finer meshes
+        self.sharpen = (eps_error is None and delta_error is None) if sharpen is None else bool(sharpen)
+        self.eps_error = V.positive_finite("eps_error", DEFAULT_EPS_ERROR if eps_error is None else eps_error)
         self.delta_error = V.probability_open("delta_error", DEFAULT_DELTA_ERROR if delta_error is None
                                               else delta_error)
         if isinstance(max_bins, bool) or not isinstance(max_bins, (int, np.integer)) or max_bins < 16:
@@ -636,7 +654,58 @@ class PRVAccountant(Accountant):
         out = {"eps_error": self.eps_error, "delta_error": self.delta_error, "max_bins": self.max_bins}
         if self.memory_budget != DEFAULT_MEMORY_BUDGET:
             out["memory_budget"] = self.memory_budget
+        if self.sharpen:
+            out["sharpen"] = True
         return out
+
+    # -- sharpening wide answers (docs/MATH.md 5.9) -------------------------------------------
+    def _finer(self, f: float) -> "PRVAccountant":
+        acc = PRVAccountant(self.relation, eps_error=self.eps_error / f, delta_error=self.delta_error / f ** 4,
+                            max_bins=self.max_bins, memory_budget=self.memory_budget, sharpen=False)
+        for s, k in self._steps:
+            acc.compose(s.event, k)
+        return acc
+
+    def _sharpened(self, kind: str, x: np.ndarray, lo, up, t_start: float):
+        """With the automatic accuracy (``sharpen``), answers wider than 1% asked again on meshes 4
+        and 16 times finer (eps_error / f, delta_error / f^4), then the analytic bounds at tiny
+        scales, the intersection kept (:func:`pldlib.methods.sharpen.sharpen`), all within
+        SHARPEN_SECONDS of the query's start."""
+        if not self.sharpen:
+            return lo, up
+
+        def finer(f, xs):
+            acc = self._finer(f)
+            return acc.epsilon(xs) if kind == "eps" else acc.delta(xs)
+
+        return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start, deadline=t_start + SHARPEN_SECONDS,
+                         finer=finer, relation=self.relation, components=self.components,
+                         events=[(s.event, k) for s, k in self._steps])
+
+    def _tradeoff_top(self) -> float:
+        # (only the eps grid of the power bounds depends on it: the unsharpened answer, so that
+        # the grid does not depend on the time sharpening found)
+        keep, self.sharpen = self.sharpen, False
+        try:
+            return super()._tradeoff_top()
+        finally:
+            self.sharpen = keep
+
+    def _power(self, alpha: np.ndarray):
+        """The generic certified power bounds (:meth:`Accountant._power`), sharpened like the
+        answers (finer meshes only) where wider than 1%."""
+        t_start = time.perf_counter()
+        lo, up = super()._power(alpha)
+        if not self.sharpen:
+            return lo, up
+
+        def finer(f, xs):
+            plo, pup = self._finer(f)._power(xs)
+            return Interval(plo, pup)
+
+        return S.sharpen("delta", np.asarray(alpha, dtype=float), lo, up, took=time.perf_counter() - t_start,
+                         deadline=t_start + SHARPEN_SECONDS, finer=finer, relation=self.relation,
+                         components=(), events=(), analytic=False)
 
     def _build(self):
         t0 = time.perf_counter()
@@ -930,6 +999,7 @@ class PRVAccountant(Accountant):
         """Certified (lower, upper) and the PRV estimate of eps(delta), vectorised over delta."""
         scalar = np.ndim(delta) == 0
         deltas = V.delta_array("delta", delta)
+        t_start = time.perf_counter()
         self._ensure_built()
         lo = np.full(deltas.size, -np.inf)
         up = np.full(deltas.size, -np.inf)
@@ -954,6 +1024,7 @@ class PRVAccountant(Accountant):
                 )
             lo, up, est = np.maximum(lo, l), np.maximum(up, u), np.maximum(est, e)
         lo = np.minimum(lo, up)
+        lo, up = self._sharpened("eps", deltas, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:
             return Interval(float(lo[0]), float(up[0]), estimate=float(est[0]))
@@ -973,6 +1044,7 @@ class PRVAccountant(Accountant):
         """Certified (lower, upper) and the PRV estimate of delta(eps), vectorised over eps."""
         scalar = np.ndim(epsilon) == 0
         eps = V.epsilon_array("epsilon", epsilon)
+        t_start = time.perf_counter()
         self._ensure_built()
         lo = np.zeros(eps.size)
         up = np.zeros(eps.size)
@@ -982,6 +1054,7 @@ class PRVAccountant(Accountant):
             lo, up, est = np.maximum(lo, l), np.maximum(up, u), np.maximum(est, e)
         up = np.minimum(up, 1.0)
         lo = np.minimum(lo, up)
+        lo, up = self._sharpened("delta", eps, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:
             return Interval(float(lo[0]), float(up[0]), estimate=float(est[0]))

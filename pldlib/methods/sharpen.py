@@ -1,0 +1,149 @@
+"""Sharpening a wide answer: asking again and keeping the intersection (docs/MATH.md 5.9).
+
+Two certified intervals for the same quantity both contain it, so their intersection does too.
+An answer wider than :data:`WIDTH` (relative to its upper end; eps answers relative to at least
+1e-3) is asked again, and the intersection kept:
+
+1. by the same method at a finer accuracy (the PLD grid's spacing, the PRV mesh), :data:`FACTORS`
+   times finer, each only while the time the last answer took, times the factor and 2, fits what
+   is left before the deadline;
+2. by the analytic bounds of the steps' cumulant generating functions: the Chernoff bound
+   (delta answers) and the saddle-point accountant's certified Chernoff and Berry-Esseen bounds
+   (docs/MATH.md 6.5), which carry the tails analytically where a grid's floor is above the
+   truth (answers below :data:`TINY`) and are tight for very long compositions (the central-limit
+   regime, where a grid within the budgets is coarse).
+
+Guarantee: each end is the better of certified ends, so the result is certified; an interval is
+only kept where the two meet (certified intervals always do; a crossing would be round-off and is
+never traded for an answer).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .._validate import PrecisionLimitError
+from .base import branch_labels
+
+__all__ = ["FACTORS", "MARGIN", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta", "sharpen",
+           "wide"]
+
+#: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
+WIDTH = 0.01
+#: how much finer the accuracies asked again are (each only while its predicted time fits)
+FACTORS = (4, 16)
+#: delta answers (eps answers: deltas asked) below this also ask the analytic bounds
+TINY = 1e-10
+#: the saddle-point bounds get at most this many seconds (their cumulant tables stop there), and
+#: are asked only while at least half of it is left before the deadline
+SPA_SECONDS = 3.0
+#: the tilts the saddle-point bounds range over (beyond its default 1e4: tiny deltas need large tilts)
+SPA_T_RANGE = (1e-5, 1e6)
+#: the analytic bounds give up this many seconds before the deadline
+MARGIN = 0.5
+
+#: what a re-asked answer may raise instead of answering (its interval is then simply not used);
+#: TimeoutError: a cumulant-table deadline or the hard stop of :mod:`pldlib._deadline`
+_SKIP = (MemoryError, ArithmeticError, ValueError, NotImplementedError, PrecisionLimitError, TimeoutError)
+
+
+def wide(kind: str, lo: np.ndarray, up: np.ndarray, width: float = WIDTH) -> np.ndarray:
+    """Where a finite answer is wider than ``width`` relative to its upper end (eps answers:
+    relative to at least 1e-3)."""
+    with np.errstate(invalid="ignore"):
+        scale = np.maximum(np.abs(up), 1e-3) if kind == "eps" else np.abs(up)
+        return np.isfinite(lo) & np.isfinite(up) & ((up - lo) > width * scale)
+
+
+def _merge(lo, up, l2, u2, idx) -> None:
+    l2, u2 = np.asarray(l2, dtype=float), np.asarray(u2, dtype=float)
+    nl = np.maximum(lo[idx], np.nan_to_num(l2, nan=-np.inf))
+    nu = np.minimum(up[idx], np.nan_to_num(u2, nan=np.inf))
+    ok = nl <= nu  # (certified intervals always meet; never trade an answer for a crossing)
+    lo[idx[ok]], up[idx[ok]] = nl[ok], nu[ok]
+
+
+def chernoff_delta(components: Sequence, eps: np.ndarray) -> np.ndarray:
+    """Certified upper bounds on delta(eps) of the composition of ``components`` ((mechanism,
+    count) pairs): the maximum over branches of the Chernoff bound of each branch's composed CGF
+    (:func:`pldlib.methods.cgf.chernoff_delta`, docs/MATH.md 6.5).  Raises NotImplementedError
+    for steps without a CGF."""
+    from .cgf import chernoff_delta as branch_chernoff, mechanism_cgfs
+
+    per_comp = [mechanism_cgfs(m) for m, _ in components]
+    out = np.zeros(np.shape(eps))
+    for label in branch_labels(per_comp):
+        parts = [(next((c for c in bl if c[0] == label), bl[0])[1], k) for bl, (_, k) in zip(per_comp, components)]
+        out = np.maximum(out, branch_chernoff(parts, eps))
+    return out
+
+
+def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | None,
+            finer: Callable[[float, np.ndarray], object] | None, relation: str, components: Sequence,
+            events: Sequence, analytic_everywhere: bool = False, analytic: bool = True):
+    """The sharpened (lower, upper) of answers ``lo``, ``up`` to queries ``x`` (``kind`` "eps":
+    deltas asked; "delta": epsilons asked).
+
+    ``took``: seconds the first answer took; ``deadline``: ``time.perf_counter()`` time by which
+    the work must end (None: none); ``finer(f, xs)``: the method's Interval at xs at an accuracy
+    f times finer (None: step 1 is skipped); ``components``: (mechanism, count) pairs (the
+    Chernoff bound) and ``events``: (event, count) pairs (the saddle-point accountant) of the
+    composition; ``analytic_everywhere``: ask the saddle-point bounds for every wide answer,
+    not only tiny ones (a grid limited by its budgets: the central-limit regime);
+    ``analytic=False``: step 1 only (answers that are not delta or eps, e.g. trade-off powers).
+    """
+    lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
+    if not wide(kind, lo, up).any():
+        return lo, up
+    # (scipy.optimize comes with it: imported only when an answer is wide, never on the common
+    # path -- in forked children the import alone costs about 0.1 s)
+    from .cgf import deadline as cgf_deadline
+    took = max(took, 1e-3)
+
+    def left() -> float:
+        return math.inf if deadline is None else deadline - time.perf_counter()
+
+    for f in FACTORS if finer is not None else ():
+        idx = np.nonzero(wide(kind, lo, up))[0]
+        if idx.size == 0:
+            return lo, up
+        if 2.0 * f * took > left() - MARGIN:
+            break
+        t1 = time.perf_counter()
+        try:
+            iv = finer(f, x[idx])
+        except _SKIP:
+            break
+        took = max(took, (time.perf_counter() - t1) / f)
+        _merge(lo, up, iv.lower, iv.upper, idx)
+    if not analytic:
+        return lo, up
+    small = (up < TINY) if kind == "delta" else (x < TINY)
+    idx = np.nonzero(wide(kind, lo, up) & small)[0]
+    if idx.size and kind == "delta":
+        try:  # the quick Chernoff bound first (one cumulant per tilt, about 80 tilts)
+            stop = time.perf_counter() + SPA_SECONDS
+            with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
+                u2 = chernoff_delta(components, x[idx])
+            _merge(lo, up, np.full(idx.size, -np.inf), u2, idx)
+        except _SKIP:
+            pass
+    ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere)
+    idx = np.nonzero(ask)[0]
+    if idx.size and left() > SPA_SECONDS / 2 + MARGIN:
+        from .spa import SPAAccountant
+
+        try:  # (its cumulant tables stop short of the deadline: CGFDeadline)
+            stop = time.perf_counter() + SPA_SECONDS
+            with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
+                spa = SPAAccountant(relation, on_edge="flag", t_range=SPA_T_RANGE)
+                for ev, k in events:
+                    spa.compose(ev, k)
+                iv = spa.epsilon(x[idx]) if kind == "eps" else spa.delta(x[idx])
+        except _SKIP:
+            return lo, up
+        _merge(lo, up, iv.lower, iv.upper, idx)
+    return lo, up
