@@ -61,8 +61,11 @@ SWEEP_DEFAULTS = {"pld": {"spacing": None, "max_bins": None},
                   "dp_accounting": {"value_discretization_interval": 1e-4, "use_connect_dots": True,
                                     "optimistic": True},
                   "prv_accountant": {"eps_error": 0.01, "delta_error": None, "max_points": 2**24}}
-#: constructor settings a sweep always uses (not options: a cell must never raise for an edge)
-SWEEP_FIXED = {"spa": {"on_edge": "flag"}}
+#: constructor settings a sweep always uses (not options): SPA flags an edge instead of raising (a
+#: cell must never raise for one); PRV answers at the mesh its options ask for, never sharpened
+#: (a cell must not depend on the time sharpening found, and stores made before sharpening resume
+#: to the same cells)
+SWEEP_FIXED = {"spa": {"on_edge": "flag"}, "prv": {"sharpen": False}}
 #: the extra that installs the peers
 PEER_EXTRA = "pip install 'pldlib[peers]'"
 
