@@ -223,3 +223,20 @@ def test_variants_run_their_method_with_their_options(client, tmp_path):
                            spacing=4e-3).epsilon([1e-5, 1e-8])
         c = coarse.isel(steps=i)
         assert (c.eps_lower.values <= r.upper).all() and (r.lower <= c.eps_upper.values).all()
+
+
+def test_prv_cells_are_answered_at_the_mesh_asked_never_sharpened():
+    # a PRV cell must not depend on the time that sharpening found (the PRV accountant's automatic
+    # accuracy sharpens wide answers for direct users), so sweeps build it with sharpen=False: its
+    # cells equal the unsharpened accountant's at the default mesh
+    from pldlib import events as E
+    from pldlib.methods.prv import PRVAccountant
+    from sweeps.methods import accountant_for
+
+    acc = accountant_for("prv", "remove", {"eps_error": None, "delta_error": None, "max_bins": None})
+    assert acc.sharpen is False
+    ev = E.Sampled(E.GaussianEvent(2.0), 0.01, "poisson")
+    lo, _est, up, _ = acc.epsilon_per_steps(ev, [1000], [1e-5])
+    plain = PRVAccountant("remove", sharpen=False).compose(ev, 1000).epsilon(1e-5)
+    assert (lo[0, 0], up[0, 0]) == (plain.lower, plain.upper)
+    assert (up[0, 0] - lo[0, 0]) / up[0, 0] > 0.01  # (wide enough that sharpening would have changed it)
