@@ -37,8 +37,9 @@ WIDTH = 0.01
 FACTORS = (4, 16)
 #: delta answers (eps answers: deltas asked) below this also ask the analytic bounds
 TINY = 1e-10
-#: the saddle-point bounds get at most this many seconds (their cumulant tables stop there), and
-#: are asked only while at least half of it is left before the deadline
+#: the saddle-point bounds get at most this many seconds (their cumulant tables stop there; for a
+#: grid limited by its budgets, all the time left), and are asked only while at least half of it
+#: is left before the deadline
 SPA_SECONDS = 3.0
 #: the tilts the saddle-point bounds range over (beyond its default 1e4: tiny deltas need large tilts)
 SPA_T_RANGE = (1e-5, 1e6)
@@ -136,8 +137,11 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     if idx.size and left() > SPA_SECONDS / 2 + MARGIN:
         from .spa import SPAAccountant
 
+        # (a grid limited by its budgets has nothing better to spend the time left on: the tables
+        # may use all of it; elsewhere they get SPA_SECONDS)
+        seconds = max(SPA_SECONDS, left() - MARGIN) if analytic_everywhere else SPA_SECONDS
         try:  # (its cumulant tables stop short of the deadline: CGFDeadline)
-            stop = time.perf_counter() + SPA_SECONDS
+            stop = time.perf_counter() + seconds
             with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
                 spa = SPAAccountant(relation, on_edge="flag", t_range=SPA_T_RANGE)
                 for ev, k in events:
