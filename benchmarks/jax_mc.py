@@ -28,6 +28,8 @@ import time
 import warnings
 from pathlib import Path
 
+from benchmarks.report import replace_marked
+
 import numpy as np
 
 EPS = (0.25, 0.5, 1.0, 2.0)
@@ -120,12 +122,7 @@ def main() -> None:
         END,
     ])
     path = Path(args.out)
-    old = path.read_text() if path.exists() else ""
-    if START in old:
-        new = old[: old.index(START)] + text + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(new)
+    replace_marked(path, START, END, text)
     print(f"{ok_all}/{n_rows} consistent; wrote {path}")
 
 

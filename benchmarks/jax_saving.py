@@ -19,6 +19,8 @@ import time
 import warnings
 from pathlib import Path
 
+from benchmarks.report import replace_marked
+
 DELTA = 1e-5
 #: (bins b, rounds)
 SHAPES = [(100, 1), (100, 10), (1000, 1), (1000, 10)]
@@ -78,12 +80,7 @@ def main(out: str = "results/CORRELATED.md") -> None:
         END,
     ])
     path = Path(out)
-    old = path.read_text() if path.exists() else ""
-    if START in old:
-        new = old[: old.index(START)] + text + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(new)
+    replace_marked(path, START, END, text)
     print(f"wrote {path}")
 
 
