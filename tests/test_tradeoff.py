@@ -273,6 +273,8 @@ def test_tables_per_steps_match_the_single_queries(method, q):
 
     cls = accountant_class(method)
     kw = {"on_edge": "flag"} if method == "spa" else {}
+    if method == "prv":  # (sharpening depends on the time left: compare the answers it starts from)
+        kw = {"sharpen": False}
     ev = GaussianEvent(2.0) if q == 1.0 else Sampled(GaussianEvent(2.0), q, "poisson")
     ks, deltas, fprs = [3, 40], [1e-5, 1e-8], [1e-3, 0.05]
     t = cls("add_remove", **kw).tables_per_steps(ev, ks, deltas, fprs)
@@ -297,6 +299,11 @@ def test_tables_per_steps_match_the_single_queries(method, q):
             one = cls("add_remove", **kw).compose(ev, k).max_tpr(fprs)
         np.testing.assert_array_equal(t.tpr_lower[i], one.lower)
         np.testing.assert_array_equal(t.tpr_upper[i], one.upper)
+    if method == "prv":  # sharpened (the default): still brackets the closed form, and no wider
+        s = cls("add_remove").tables_per_steps(ev, ks, deltas, fprs)
+        truth = 1 - gdp(np.sqrt(np.array(ks, dtype=float))[:, None] / 2.0, np.array(fprs)[None, :])
+        assert np.all(s.tpr_lower <= truth) and np.all(truth <= s.tpr_upper)
+        assert np.all(s.tpr_upper - s.tpr_lower <= t.tpr_upper - t.tpr_lower + 1e-12)
 
 
 def t_interval(ev, ks, k):
