@@ -35,6 +35,7 @@ from .events import (
     RepeatAndSelectEvent,
     Sampled,
     TruncatedPoissonGaussianEvent,
+    WithReplacementGaussianEvent,
     SelfComposed,
     ZCDPEvent,
 )
@@ -94,7 +95,7 @@ __all__ = [
     "make_accountant", "method_names", "Interval",
     "calibrate", "CalibrationResult", "get_noise_multiplier",
     "PrecisionLimitError", "GridTooLargeError", "UnsupportedEventError",
-    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent", "ZCDPEvent", "RepeatAndSelectEvent", "TruncatedPoissonGaussianEvent",
+    "GaussianEvent", "LaplaceEvent", "LatticeEvent", "RandomizedResponseEvent", "ApproxDPEvent", "ProfileEvent", "ZCDPEvent", "RepeatAndSelectEvent", "TruncatedPoissonGaussianEvent", "WithReplacementGaussianEvent",
     "MixtureOfGaussiansEvent", "Sampled", "SelfComposed", "Composed", "NoOp",
     "Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "DiscreteLaplaceEvent", "LatticeNoise", "RandomizedResponse", "ApproxDP", "Custom",
     "PrivacyProfile", "GaussianProfile", "LaplaceProfile", "FiniteProfile",

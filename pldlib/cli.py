@@ -130,23 +130,30 @@ def _maker(spec):
 
 #: the sampling scheme whose steps need --batch-size and --dataset-size (a capped Poisson batch)
 TRUNCATED = "truncated_poisson"
+#: the sampling scheme of a batch drawn with replacement (--batch-size draws from --dataset-size records)
+WITH_REPLACEMENT = "with_replacement"
+#: the schemes whose steps need --batch-size and --dataset-size
+SIZED = (TRUNCATED, WITH_REPLACEMENT)
 #: its flags: flag -> keyword of the mechanism (pldlib.mechanisms.Mechanism)
 TRUNCATION_FLAGS = {"--batch-size": "batch_size", "--dataset-size": "dataset_size"}
 
 
 def _truncation(args) -> dict:
-    """The keywords ``batch_size`` and ``dataset_size`` of a ``--sampling truncated_poisson`` step
-    (empty for every other scheme); a UsageError naming the flag when one is missing, or given
-    with another scheme."""
+    """The keywords ``batch_size`` and ``dataset_size`` of a ``--sampling truncated_poisson`` or
+    ``with_replacement`` step (empty for every other scheme); a UsageError naming the flag when one
+    is missing, or given with another scheme."""
     given = {flag: getattr(args, name, None) for flag, name in TRUNCATION_FLAGS.items()}
-    if args.sampling == TRUNCATED:
+    if args.sampling in SIZED:
         for flag, v in given.items():
             if v is None:
-                raise UsageError(f"argument {flag}: required with --sampling {TRUNCATED}")
+                raise UsageError(f"argument {flag}: required with --sampling {args.sampling}")
+        if args.sampling == WITH_REPLACEMENT and given["--dataset-size"] < 2:
+            raise UsageError("argument --dataset-size: must be at least 2 with --sampling "
+                             f"{WITH_REPLACEMENT}, got {given['--dataset-size']}")
         return {TRUNCATION_FLAGS[f]: v for f, v in given.items()}
     for flag, v in given.items():
         if v is not None:
-            raise UsageError(f"argument {flag}: only with --sampling {TRUNCATED}"
+            raise UsageError(f"argument {flag}: only with --sampling {TRUNCATED} or {WITH_REPLACEMENT}"
                              + (f", not with --sampling {args.sampling}" if args.sampling else ""))
     return {}
 
@@ -171,10 +178,12 @@ def _add_selections(g) -> None:
 
 def _add_truncation(g) -> None:
     g.add_argument("--batch-size", type=_count, default=None, metavar="B",
-                   help=f"--sampling {TRUNCATED} only (required there): a Poisson batch larger than B is cut "
-                        "to a uniformly random subset of B records")
+                   help=f"--sampling {TRUNCATED} / {WITH_REPLACEMENT} only (required there): {TRUNCATED}: a "
+                        f"Poisson batch larger than B is cut to a uniformly random subset of B records; "
+                        f"{WITH_REPLACEMENT}: each batch is B independent uniform draws")
     g.add_argument("--dataset-size", type=_count, default=None, metavar="N",
-                   help=f"--sampling {TRUNCATED} only (required there): the number of records N")
+                   help=f"--sampling {TRUNCATED} / {WITH_REPLACEMENT} only (required there): the number of "
+                        "records N (with the protected one)")
 
 
 def mechanisms() -> dict[str, tuple[str, Callable]]:
@@ -249,7 +258,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="sampling probability in (0, 1] (default 1)")
     g.add_argument("--sampling", choices=SAMPLINGS, default=None,
                    help=f"sampling scheme (default: none if q = 1, poisson if q < 1; {TRUNCATED}: a capped "
-                        "Poisson batch, with --batch-size and --dataset-size)")
+                        f"Poisson batch, with --batch-size and --dataset-size; {WITH_REPLACEMENT}: batches drawn "
+                        "with replacement, with --batch-size and --dataset-size, q = B/N)")
     _add_truncation(g)
     _add_selections(g)
     g.add_argument("--relation", choices=RELATIONS, default="add_remove",
@@ -349,12 +359,18 @@ def _run_calibrate_for(args) -> int:
         raise UsageError("argument --q: not allowed with --for q (it is the answer)")
     if what == "q" and args.steps is None:
         raise UsageError("argument --steps: required with --for q")
-    if args.sampling == TRUNCATED and what == "sigma":  # (no atlas of capped batches: --no-table is what it does)
+    if args.sampling in SIZED and what == "sigma":  # (no atlas of these batches: --no-table is what it does)
         if args.table is not None:
-            raise UsageError(f"argument --table: the atlas has no {TRUNCATED} tables; leave --table out")
+            raise UsageError(f"argument --table: the atlas has no {args.sampling} tables; leave --table out")
     elif args.table is not None or args.no_table:
         raise UsageError(f"argument --table/--no-table: apply to sigma calibration only, not to --for {what}")
     q = 1.0 if args.q is None else args.q
+    if args.sampling == WITH_REPLACEMENT:
+        if what == "q":
+            raise UsageError(f"argument --for: q is --batch-size / --dataset-size with --sampling {WITH_REPLACEMENT}; "
+                             "calibrate sigma or steps")
+        if args.batch_size is not None and args.dataset_size:
+            q = args.batch_size / args.dataset_size if args.q is None else args.q
     sampling = args.sampling or ("poisson" if (what == "q" or q < 1.0) else "none")
     if sampling == "none" and (what == "q" or q < 1.0):
         raise UsageError("argument --sampling: 'none' cannot have q < 1 (use poisson or wor)")
@@ -553,7 +569,7 @@ def _add_calibrate(sub) -> None:
 def _run_calibrate(args) -> int:
     from .calibrate import MAX_EPSILON, TOL_RANGE, calibrate
 
-    if args.for_ != "sigma" or args.mechanism != "gaussian" or args.sampling == TRUNCATED:
+    if args.for_ != "sigma" or args.mechanism != "gaussian" or args.sampling in SIZED:
         return _run_calibrate_for(args)
     _truncation(args)  # (--batch-size / --dataset-size without truncated_poisson)
     if args.sigma is not None:
@@ -653,7 +669,7 @@ def _params(args, accountant) -> dict:
         "mechanism": args.mechanism,
         own: getattr(args, own),
         "sensitivity": args.sensitivity,
-        "q": args.q,
+        "q": args.batch_size / args.dataset_size if args.sampling == WITH_REPLACEMENT else args.q,
         "sampling": args.sampling,
         **_truncation(args),
         **_selections(args),

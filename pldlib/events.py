@@ -41,7 +41,7 @@ from . import _validate as V
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "ApproxDPEvent",
     "LatticeEvent", "DiscreteLaplaceEvent", "ProfileEvent", "MixtureOfGaussiansEvent", "ZCDPEvent",
-    "RepeatAndSelectEvent", "TruncatedPoissonGaussianEvent", "Sampled",
+    "RepeatAndSelectEvent", "TruncatedPoissonGaussianEvent", "WithReplacementGaussianEvent", "Sampled",
     "SelfComposed",
     "Composed", "NoOp",
     "flatten", "is_step",
@@ -224,6 +224,49 @@ class TruncatedPoissonGaussianEvent(BaseEvent):
     def truncated_rate(self) -> float:
         """q B / (B + 1): the largest chance that the record is in a cut batch (given M >= B others)."""
         return self.q * self.batch_size / (self.batch_size + 1)
+
+
+@dataclass(frozen=True, repr=False)
+class WithReplacementGaussianEvent(BaseEvent):
+    """One DP-SGD step whose batch is ``batch_size`` = B draws *with replacement* from
+    ``dataset_size`` = n records (a record may be drawn several times; dp_accounting's
+    SampledWithReplacementDpEvent around a GaussianDpEvent), Gaussian noise of multiplier ``sigma``
+    added to the sum.  ``dataset_size`` counts the records of the data set that holds the protected
+    record (its neighbour under add/remove has one fewer).  The number of draws of the protected
+    record is K ~ Bin(B, 1/n), each moving the sum by at most 2 clipping norms.  Dominating pairs
+    (exact for add and remove): docs/MATH.md 2.7."""
+
+    sigma: float
+    dataset_size: int
+    batch_size: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "sigma", V.positive_finite("sigma", self.sigma))
+        object.__setattr__(self, "dataset_size", V.int_at_least("dataset_size", self.dataset_size, 2))
+        object.__setattr__(self, "batch_size", V.int_at_least("batch_size", self.batch_size, 1))
+
+    @property
+    def q(self) -> float:
+        """B / n: the expected fraction of the data set drawn per step."""
+        return self.batch_size / self.dataset_size
+
+    @property
+    def hit_probability(self) -> float:
+        """eta = P(K >= 1) = 1 - (1 - 1/n)^B: the protected record is drawn at least once."""
+        return -math.expm1(self.batch_size * math.log1p(-1.0 / self.dataset_size))
+
+    def draw_weights(self) -> np.ndarray:
+        """The law of K ~ Bin(B, 1/n) on 0..k_max (k_max: the last k whose weight is not 0 in
+        floating point; the mass beyond it is below 1e-300)."""
+        from scipy import stats
+
+        B, p = self.batch_size, 1.0 / self.dataset_size
+        mean = B * p
+        # (far beyond the mean + 40 sd the weights are < 1e-300: stop the table there)
+        k_max = int(min(B, math.ceil(mean + 40.0 * math.sqrt(mean * (1.0 - p)) + 700.0)))
+        w = stats.binom.pmf(np.arange(k_max + 1), B, p)
+        last = int(np.nonzero(w > 0.0)[0][-1])
+        return w[: last + 1]
 
 
 @dataclass(frozen=True, repr=False)

@@ -19,8 +19,13 @@ capped Poisson batch (a batch larger than B cut to a uniform subset of B); its e
     account(Gaussian(sigma, q=q, sampling="truncated_poisson", batch_size=B, dataset_size=n), steps=k)
     == PLDAccountant("add_remove").compose(TruncatedPoissonGaussianEvent(sigma, q, n, B), k)
 
-``batch_size`` and ``dataset_size`` are required for that scheme and refused for every other;
-Gaussian noise only, no ``group``, relations add, remove and add_remove.
+``Gaussian(sigma, sampling="with_replacement", batch_size=B, dataset_size=n)`` is a batch of B
+independent uniform draws from the n records (docs/MATH.md 2.7); its event is
+``WithReplacementGaussianEvent(sigma, n, B)`` and its rate q is B/n (a ``q`` given must equal it).
+
+``batch_size`` and ``dataset_size`` are required for those two schemes and refused for every
+other; Gaussian noise only, no ``group``; relations add, remove and add_remove (and, with
+replacement, substitution).
 """
 from __future__ import annotations
 
@@ -39,6 +44,11 @@ __all__ = ["Mechanism", "Gaussian", "Laplace", "DiscreteLaplace", "LatticeNoise"
 #: steps need ``batch_size`` and ``dataset_size``, so a mechanism builds them
 #: (:class:`pldlib.events.TruncatedPoissonGaussianEvent`), never ``Sampled(..., "truncated_poisson")``
 TRUNCATED_POISSON = "truncated_poisson"
+#: the sampling scheme of a batch drawn with replacement (:mod:`pldlib.sampling.with_replacement`):
+#: its steps are :class:`pldlib.events.WithReplacementGaussianEvent`, built here from the two sizes
+WITH_REPLACEMENT = "with_replacement"
+#: the schemes whose steps need ``batch_size`` and ``dataset_size``
+SIZED = (TRUNCATED_POISSON, WITH_REPLACEMENT)
 
 
 @dataclass(frozen=True)
@@ -74,10 +84,13 @@ class Mechanism:
         if self.sampling == TRUNCATED_POISSON:
             object.__setattr__(self, "_event", self._truncated_event())
             return
+        if self.sampling == WITH_REPLACEMENT:
+            object.__setattr__(self, "_event", self._with_replacement_event())
+            return
         for name in ("batch_size", "dataset_size"):
             if getattr(self, name) is not None:
-                raise ValueError(f"{name}: only for sampling='{TRUNCATED_POISSON}' (a capped Poisson batch), "
-                                 f"not for sampling={self.sampling!r}")
+                raise ValueError(f"{name}: only for sampling='{TRUNCATED_POISSON}' (a capped Poisson batch) or "
+                                 f"'{WITH_REPLACEMENT}', not for sampling={self.sampling!r}")
         if self.sampling == "none" and self.q != 1.0:
             raise ValueError(f"q must be 1 when sampling is 'none' (got q={float(self.q)!r}); "
                              "choose a sampling scheme (e.g. sampling='poisson' or 'wor') for q < 1")
@@ -94,25 +107,42 @@ class Mechanism:
         object.__setattr__(self, "_event", base if unsampled else
                            E.Sampled(base, self.q, self.sampling, self.group, self.selections))
 
-    def _truncated_event(self) -> E.TruncatedPoissonGaussianEvent:
-        """The step of ``sampling="truncated_poisson"``: Poisson sampling at rate q, a batch larger
-        than ``batch_size`` cut to a uniform subset of that size, Gaussian noise (docs/MATH.md 2.6)."""
-        for name, what in (("batch_size", "the cap B on the batch size"),
-                           ("dataset_size", "the number n of records")):
+    def _sized_gaussian(self, batch_what: str, min_records: int) -> E.GaussianEvent:
+        """The Gaussian base event of a scheme that needs ``batch_size`` (>= 1) and ``dataset_size``
+        (>= ``min_records``); ValueError naming what is missing or not supported."""
+        for name, what, low in (("batch_size", batch_what, 1), ("dataset_size", "the number n of records",
+                                                                   min_records)):
             if getattr(self, name) is None:
-                raise ValueError(f"{name}: required with sampling='{TRUNCATED_POISSON}' ({what}); e.g. "
-                                 f"Gaussian(sigma, q=q, sampling='{TRUNCATED_POISSON}', batch_size=B, "
-                                 "dataset_size=n)")
-            object.__setattr__(self, name, V.int_at_least(name, getattr(self, name), 1))
+                raise ValueError(f"{name}: required with sampling='{self.sampling}' ({what}); e.g. "
+                                 f"Gaussian(sigma, q=q, sampling='{self.sampling}', batch_size=B, dataset_size=n)")
+            object.__setattr__(self, name, V.int_at_least(name, getattr(self, name), low))
         base = self.base_event()
         if not isinstance(base, E.GaussianEvent):
-            raise ValueError(f"sampling: '{TRUNCATED_POISSON}' is implemented for Gaussian noise only, "
+            raise ValueError(f"sampling: '{self.sampling}' is implemented for Gaussian noise only, "
                              f"not {type(self).__name__}")
         if self.group > 1:
             raise ValueError(f"group: user-level accounting (group > 1) is not implemented for "
-                             f"sampling='{TRUNCATED_POISSON}' (use 'poisson' or 'wor')")
+                             f"sampling='{self.sampling}' (use 'poisson' or 'wor')")
+        return base
+
+    def _truncated_event(self) -> E.TruncatedPoissonGaussianEvent:
+        """The step of ``sampling="truncated_poisson"``: Poisson sampling at rate q, a batch larger
+        than ``batch_size`` cut to a uniform subset of that size, Gaussian noise (docs/MATH.md 2.6)."""
+        base = self._sized_gaussian("the cap B on the batch size", 1)
         # (substitution: refused by the event's pair when composed, as for the event itself)
         return E.TruncatedPoissonGaussianEvent(base.sigma, self.q, self.dataset_size, self.batch_size)
+
+    def _with_replacement_event(self) -> E.WithReplacementGaussianEvent:
+        """The step of ``sampling="with_replacement"``: ``batch_size`` independent uniform draws from
+        ``dataset_size`` records, Gaussian noise (docs/MATH.md 2.7); q is batch_size / dataset_size."""
+        base = self._sized_gaussian("the number B of draws per batch", 2)
+        rate = self.batch_size / self.dataset_size
+        if self.q != 1.0 and abs(self.q - rate) > 1e-9 * rate:
+            raise ValueError(f"q: with sampling='{WITH_REPLACEMENT}' the rate is batch_size / dataset_size = "
+                             f"{self.batch_size}/{self.dataset_size} = {rate:.6g}, got q={float(self.q)!r} "
+                             "(leave q out)")
+        object.__setattr__(self, "q", rate)
+        return E.WithReplacementGaussianEvent(base.sigma, self.dataset_size, self.batch_size)
 
     # -- to be provided by subclasses ------------------------------------
     def base_event(self) -> E.BaseEvent:

@@ -47,7 +47,9 @@ and ``dataset_size: n`` (integers >= 1, not grid axes: one value each for the wh
 they are required exactly when the sampling axis holds ``truncated_poisson`` and refused
 otherwise (a ``quick:`` variant without that scheme drops them).  They are part of the
 fingerprint only when given, so every other config keeps its fingerprint.  Each block's task
-gets them with its parameters (:meth:`sweeps.plan.Plan.spec`).  Likewise ``selections: k`` (an
+gets them with its parameters (:meth:`sweeps.plan.Plan.spec`).  ``sampling: with_replacement``
+(batches of B independent uniform draws from n records, docs/MATH.md 2.7) takes the same two
+settings, and its q axis must be B/n.  Likewise ``selections: k`` (an
 integer >= 1, with ``random_allocation`` on the sampling axis): every
 record in k of the t = k/q steps of each epoch, for the ``random_allocation`` cells.
 
@@ -82,7 +84,7 @@ from .errors import ConfigError  # noqa: E402,F401
 __all__ = [
     "ConfigError", "SweepConfig", "load_config", "parse_config", "check_store_writable", "read_config_data",
     "tradeoff_curve_spec", "TRADEOFF_CURVE_DEFAULTS", "GRID_EXTRA",
-    "AXES", "MECHANISMS", "DEFAULT_MECHANISM", "SAMPLINGS", "RELATIONS", "TRUNCATED", "TRUNCATION_KEYS",
+    "AXES", "MECHANISMS", "DEFAULT_MECHANISM", "SAMPLINGS", "RELATIONS", "TRUNCATED", "TRUNCATION_KEYS", "WITH_REPLACEMENT", "SIZED",
 ]
 
 #: grid axes, in the order of the dataset dimensions (``method`` comes from ``methods``)
@@ -98,6 +100,11 @@ RELATIONS = _RELATIONS
 #: the sampling scheme of a capped Poisson batch and its top-level settings (mechanism keywords)
 TRUNCATED = "truncated_poisson"
 TRUNCATION_KEYS = ("batch_size", "dataset_size")
+#: the sampling scheme of batches drawn with replacement: the same two settings, and q = batch_size /
+#: dataset_size (docs/MATH.md 2.7)
+WITH_REPLACEMENT = "with_replacement"
+#: the schemes that need ``batch_size`` and ``dataset_size``
+SIZED = (TRUNCATED, WITH_REPLACEMENT)
 #: the sampling scheme whose top-level ``selections: k`` puts every record in k of the t = k/q steps
 ALLOCATION = "random_allocation"
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
@@ -429,7 +436,7 @@ def _quick_variant(data: dict) -> dict:
         st = data["store"].rstrip("/")
         out["store"] = st[:-5] + "_quick.zarr" if st.endswith(".zarr") else st + "_quick"
     samp = out.get("sampling", (out.get("grid") or {}).get("sampling"))
-    if not (samp == TRUNCATED or (isinstance(samp, (list, tuple)) and TRUNCATED in samp)):
+    if not (samp in SIZED or (isinstance(samp, (list, tuple)) and set(SIZED) & set(samp))):
         for k in TRUNCATION_KEYS:  # (a quick variant without the scheme: its settings are not needed)
             out.pop(k, None)
     if not (samp == ALLOCATION or (isinstance(samp, (list, tuple)) and ALLOCATION in samp)):
@@ -597,22 +604,35 @@ def _selections(data: dict, axes: dict, mechanism: str) -> int | None:
 
 def _truncation(data: dict, axes: dict, mechanism: str) -> dict:
     """The validated top-level ``batch_size`` and ``dataset_size`` (integers >= 1): required when the
-    sampling axis holds ``truncated_poisson``, refused otherwise (ConfigError naming the field)."""
+    sampling axis holds ``truncated_poisson`` or ``with_replacement``, refused otherwise (ConfigError
+    naming the field).  With ``with_replacement`` the q axis must be batch_size / dataset_size."""
     fld = "grid.sampling" if "sampling" in (data.get("grid") or {}) else "sampling"
     out = {}
-    if TRUNCATED not in axes["sampling"]:
+    sized = [s for s in SIZED if s in axes["sampling"]]
+    if not sized:
         for k in TRUNCATION_KEYS:
             if k in data:
-                raise ConfigError(k, f"only with sampling {TRUNCATED} (the sampling axis has "
-                                     f"{', '.join(axes['sampling'])})")
+                raise ConfigError(k, f"only with sampling {TRUNCATED} or {WITH_REPLACEMENT} (the sampling axis "
+                                     f"has {', '.join(axes['sampling'])})")
         return out
     if mechanism != "gaussian":
-        raise ConfigError(fld, f"{TRUNCATED} is implemented for the gaussian mechanism only, not {mechanism}")
-    what = {"batch_size": "the cap B on the batch size", "dataset_size": "the number n of records"}
+        raise ConfigError(fld, f"{sized[0]} is implemented for the gaussian mechanism only, not {mechanism}")
+    what = {"batch_size": "the batch size B", "dataset_size": "the number n of records"}
     for k in TRUNCATION_KEYS:
         if k not in data or data[k] is None:
-            raise ConfigError(k, f"required with sampling {TRUNCATED} ({what[k]}; a top-level integer >= 1)")
+            raise ConfigError(k, f"required with sampling {sized[0]} ({what[k]}; a top-level integer >= 1)")
         out[k] = _checked(V.int_at_least, k, data[k], 1)
+    if WITH_REPLACEMENT in sized:
+        if out["dataset_size"] < 2:
+            raise ConfigError("dataset_size", f"must be at least 2 with sampling {WITH_REPLACEMENT}, got "
+                                              f"{out['dataset_size']}")
+        rate = out["batch_size"] / out["dataset_size"]
+        off = [q for q in axes["q"] if abs(q - rate) > 1e-9 * rate]
+        if off:
+            qf = "grid.q" if "q" in (data.get("grid") or {}) or "q" not in data else "q"
+            raise ConfigError(qf, f"with sampling {WITH_REPLACEMENT} q is batch_size / dataset_size = "
+                                  f"{out['batch_size']}/{out['dataset_size']} = {rate:.6g}, but the axis has "
+                                  f"{off[0]!r}")
     return out
 
 
@@ -656,8 +676,8 @@ def tradeoff_curve_spec(spec, fld: str = "report.tradeoff_curve") -> dict:
     out = {k: checks[k](f"{fld}.{k}", v) for k, v in out.items()}
     if out["sampling"] == "none" and out["q"] < 1.0:
         raise ConfigError(f"{fld}.sampling", "'none' needs q = 1; use poisson or wor for q < 1")
-    if out["sampling"] == TRUNCATED:
-        raise ConfigError(f"{fld}.sampling", f"{TRUNCATED} is not available for the trade-off curve plot "
+    if out["sampling"] in SIZED:
+        raise ConfigError(f"{fld}.sampling", f"{out['sampling']} is not available for the trade-off curve plot "
                                              "(it has no batch_size or dataset_size)")
     return out
 

@@ -207,7 +207,8 @@ def _selected(selector, params) -> bool:
 
 # -- mechanisms ----------------------------------------------------------------
 #: mechanism keywords a block's ``params`` may carry besides the grid's, per sampling scheme they apply to
-MECHANISM_KEYWORDS = {"truncated_poisson": ("batch_size", "dataset_size"), "random_allocation": ("selections",)}
+MECHANISM_KEYWORDS = {"truncated_poisson": ("batch_size", "dataset_size"),
+                      "with_replacement": ("batch_size", "dataset_size"), "random_allocation": ("selections",)}
 
 
 def make_mechanism(params: dict):

@@ -261,7 +261,8 @@ def test_special_events_and_refusals():
     with pytest.raises(pldlib.PrecisionLimitError):
         PldlibAccountant(on_limit="raise").compose(tiny).get_epsilon(DELTA)
     for ev, words in [
-        (D.SampledWithReplacementDpEvent(100, 10, D.GaussianDpEvent(1.0)), "no pldlib counterpart"),
+        (D.SampledWithReplacementDpEvent(100, 10, D.LaplaceDpEvent(1.0)), "GaussianDpEvent only"),
+        (D.SampledWithReplacementDpEvent(1, 10, D.GaussianDpEvent(1.0)), "at least 2"),
         (D.UnsupportedDpEvent(), "no pldlib counterpart"),
         (D.ZCDpEvent(0.1), "method=.rdp."),  # (accepted by method="rdp": tests/test_zcdp.py)
         (D.RandomizedResponseDpEvent(0.5, 2), "REPLACE_ONE or REPLACE_SPECIAL"),

@@ -37,8 +37,8 @@ def test_poisson_and_cyclic_poisson():
 def test_fixed_batches_and_refusals():
     fx = bs.FixedBatchSampling(batch_size=100, iterations=500)
     assert batch_events(fx, 10_000, 1.0) == [(E.Sampled(E.GaussianEvent(1.0), 0.01, "wor"), 500)]
-    with pytest.raises(pldlib.UnsupportedEventError, match="replace=True"):
-        batch_events(bs.FixedBatchSampling(batch_size=100, iterations=5, replace=True), 10_000, 1.0)
+    assert batch_events(bs.FixedBatchSampling(batch_size=100, iterations=5, replace=True), 10_000, 1.0) == \
+        [(E.WithReplacementGaussianEvent(1.0, 10_000, 100), 5)]
     with pytest.raises(pldlib.UnsupportedEventError, match="b-min-sep"):
         batch_events(bs.BMinSepSampling(sampling_prob=0.1, iterations=10, min_sep=4), 10_000, 1.0)
     with pytest.raises(TypeError, match="strategy"):

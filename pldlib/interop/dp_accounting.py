@@ -49,8 +49,10 @@ Poisson-sampled Gaussian), ``TruncatedSubsampledGaussianDpEvent`` (``ADD_OR_REMO
 by its fields since it is in no release: one epoch, each record in ``num_selected`` of the
 ``num_steps`` steps; Gaussian inner event), ``SelfComposedDpEvent``, ``ComposedDpEvent``.
 dp_accounting has no plain (epsilon, delta) event; pldlib's :class:`~pldlib.events.ApproxDPEvent`
-therefore has no dp_accounting counterpart.  Refused with the reason: sampling with replacement
-(no dominating pair is proven for it here), ``UnsupportedDpEvent``.
+therefore has no dp_accounting counterpart.  ``SampledWithReplacementDpEvent`` around a
+``GaussianDpEvent`` (``ADD_OR_REMOVE_ONE``: its exact pair; ``REPLACE_ONE``: a certified interval
+whose upper end is not tight; MATH.md 2.7; neither of dp_accounting's accountants takes it).
+Refused with the reason: ``UnsupportedDpEvent``.
 """
 from __future__ import annotations
 
@@ -161,6 +163,32 @@ def _tree_event(ev, rel):
         raise _Refused(ev, f"noise_multiplier: {e}") from None
 
 
+def _with_replacement(ev, rel):
+    """SampledWithReplacementDpEvent around a GaussianDpEvent: ``sample_size`` independent uniform draws
+    from ``source_dataset_size`` records (docs/MATH.md 2.7; ADD_OR_REMOVE_ONE exact, REPLACE_ONE an
+    upper bound that is not tight)."""
+    n, m = ev.source_dataset_size, ev.sample_size
+    for name, v in (("source_dataset_size", n), ("sample_size", m)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise _Refused(ev, f"{name} must be an integer >= 0, got {V.fmt(v)}")
+    if m == 0:
+        return E.NoOp()
+    if n < 2:
+        raise _Refused(ev, f"source_dataset_size must be at least 2 (the data set with the protected record), got {n}")
+    if rel == NR.REPLACE_SPECIAL:
+        raise _Refused(ev, "sampling with replacement is supported under ADD_OR_REMOVE_ONE and REPLACE_ONE, not "
+                           "REPLACE_SPECIAL")
+    if not isinstance(ev.event, D.GaussianDpEvent):
+        raise _Refused(ev, f"sampling with replacement is certified around a GaussianDpEvent only, not "
+                           f"{type(ev.event).__name__}")
+    if ev.event.noise_multiplier == 0:
+        return NON_PRIVATE
+    try:
+        return E.WithReplacementGaussianEvent(ev.event.noise_multiplier, n, m)
+    except (TypeError, ValueError) as e:
+        raise _Refused(ev, f"noise_multiplier: {e}") from None
+
+
 def _convert(ev, rel):
     """pldlib event (or NON_PRIVATE) of a DpEvent under dp_accounting relation ``rel``;
     raises _Refused naming the offending sub-event."""
@@ -244,6 +272,8 @@ def _convert(ev, rel):
             raise _Refused(ev, "sampling without replacement is supported under ADD_OR_REMOVE_ONE and "
                                "REPLACE_ONE, not REPLACE_SPECIAL")
         return _sampled(ev, ev.event, m / n, "wor", rel)
+    if isinstance(ev, D.SampledWithReplacementDpEvent):
+        return _with_replacement(ev, rel)
     if type(ev).__name__ == "RandomAllocationDpEvent":
         return _random_allocation(ev, rel)
     if isinstance(ev, D.SelfComposedDpEvent):

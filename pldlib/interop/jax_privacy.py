@@ -17,7 +17,7 @@ strategy                                  pldlib events (per record, the worst o
 ``BallsInBinsSampling`` (cycle b)          one epoch of random allocation over b steps, noise
                                            multiplier sigma / sqrt(E), E = ceil(iterations / b)
 ``FixedBatchSampling`` (replace=False)     ``iterations`` steps without replacement, q = B / n
-``FixedBatchSampling`` (replace=True)      refused: no certified pair here
+``FixedBatchSampling`` (replace=True)      ``iterations`` steps of B draws with replacement (MATH 2.7)
 ``BMinSepSampling``                        refused: no certified pair here (Monte Carlo only)
 ========================================  =====================================================
 
@@ -76,11 +76,11 @@ def batch_events(strategy, num_examples: int, noise_multiplier: float,
             "strategy: b-min-sep sampling has no certified dominating pair here (JAX Privacy accounts it by "
             "Monte Carlo only); use CyclicPoissonSampling or BallsInBinsSampling for a certified answer")
     if name == "FixedBatchSampling":
-        if getattr(strategy, "replace", False):
-            raise UnsupportedEventError(
-                "strategy: fixed-size batches drawn with replacement (replace=True) have no certified pair "
-                "here; replace=False is sampling without replacement")
         b = V.int_at_least("strategy.batch_size", strategy.batch_size, 1)
+        if getattr(strategy, "replace", False):  # (rng.choice(n, b, replace=True): b independent draws)
+            if n < 2:
+                raise ValueError(f"num_examples: batches drawn with replacement need at least 2 examples, got {n}")
+            return [(E.WithReplacementGaussianEvent(sigma, n, b), it)]
         if b > n:
             raise ValueError(f"strategy.batch_size: {b} exceeds num_examples {n}")
         g = E.GaussianEvent(sigma)
@@ -121,13 +121,15 @@ def account(strategy, num_examples: int, noise_multiplier: float, relation: str 
 
 def _sampling_of(event) -> str | None:
     """The sampling scheme of a pldlib event ('poisson', 'wor', 'random_allocation', 'truncated_poisson',
-    'none'), looking through compositions; None when it mixes schemes."""
+    'with_replacement', 'none'), looking through compositions; None when it mixes schemes."""
     found = set()
     for ev, _k in E.flatten(event, 1):
         if isinstance(ev, E.Sampled):
             found.add(ev.sampling if ev.q < 1.0 else "none")
         elif isinstance(ev, E.TruncatedPoissonGaussianEvent):
             found.add("truncated_poisson")
+        elif isinstance(ev, E.WithReplacementGaussianEvent):
+            found.add("with_replacement")
         else:
             found.add("none")
     return found.pop() if len(found) == 1 else None

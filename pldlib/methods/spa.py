@@ -101,6 +101,7 @@ import numpy as np
 from scipy import special
 
 from .. import _validate as V
+from .. import events as E
 from .._validate import PrecisionLimitError
 from .base import Accountant, Interval, branch_labels, components_of
 from .cgf import ComposedCGF, log_gmax, mechanism_cgfs, mul_up
@@ -350,6 +351,13 @@ class SPAAccountant(Accountant):
         self.max_nodes = 1500  # node budget for the refinement
         self.t_range = (t_lo, t_hi)
         self.nodes_per_decade = nodes_per_decade
+
+    def _unsupported(self, step):
+        if isinstance(step.event, E.WithReplacementGaussianEvent):
+            # (its pair mixes up to hundreds of shifted Gaussians, whose cumulant tables do not end in time)
+            return ("sampling with replacement is accounted by the PLD accountant only (method 'pld'), not by "
+                    "the saddle-point one")
+        return super()._unsupported(step)
 
     def _options(self) -> dict:
         return {"t_range": self.t_range, "nodes_per_decade": self.nodes_per_decade, "on_edge": self.on_edge}

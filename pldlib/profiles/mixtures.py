@@ -718,10 +718,11 @@ def shift_mixture_remove(noise: GaussianNoise, weights, shifts=None) -> MixtureP
             else:
                 T = ee
         T = np.where(inside, T, 0.0)
-        # h(x) >= ln w_K + a_K x - b_K: a start right of the root; h(x) <= h(0) + a_K x (x >= 0) and
-        # h(x) <= h(0) + a_1 x (x <= 0): a bound left of it
+        # h(x) >= ln w_k + a_k x - b_k for every k: the least of their roots is a start right of
+        # the root (for many components of tiny weight far closer than the last one's);
+        # h(x) <= h(0) + a_K x (x >= 0) and h(x) <= h(0) + a_1 x (x <= 0): a bound left of it
         with np.errstate(over="ignore", invalid="ignore"):
-            hi = (T - lw1[-1] + b1[-1]) / a1[-1]
+            hi = np.min((T[None, :] - lw1[:, None] + b1[:, None]) / a1[:, None], axis=0)
             h0 = h_slope(np.zeros(1))[0][0]
             lo = np.where(T <= h0, (T - h0) / a1[0], (T - h0) / a1[-1])
         # beyond floating point (eps ~ 1e308 or a start that overflows): x_eps = +inf for all purposes
@@ -865,8 +866,12 @@ class DisjointMixtureProfile(PrivacyProfile):
         return DisjointMixtureProfile([p.reversed() for p in self.parts], self.w)
 
     def eps_bounds(self, tail: float) -> tuple[float, float]:
-        # (each branch's ends leave at most ``tail`` of its mass outside: the mixture too)
-        ends = [p.eps_bounds(tail) for p in self.parts]
+        # (m branches: one of weight w <= tail / (2m) is left out, together at most tail / 2 of
+        # the mass; each other leaves max(tail / 4, tail / (4 m w)) of its own mass outside, together
+        # at most tail / 2: so a branch of tiny weight does not stretch the range by its far tail)
+        m = len(self.parts)
+        ends = [p.eps_bounds(min(1e-4, max(tail / 4.0, tail / (4.0 * m * wi))))
+                for p, wi in zip(self.parts, self.w) if wi > tail / (2.0 * m)]
         return min(e[0] for e in ends), max(e[1] for e in ends)
 
     def support_edges(self) -> tuple[float, float]:

@@ -18,13 +18,16 @@ calls :func:`register` (imported at the bottom of this one).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+import numpy as np
+
 from .. import events as E
 from .base import PrivacyProfile, approx_dp_profile, randomized_response_profile, GaussianProfile, LaplaceProfile
-from .mixtures import (DisjointMixtureProfile, GaussianNoise, LaplaceNoise, LatticeNoise, poisson_remove,
-                       shift_mixture_remove)
+from .mixtures import (DisjointMixtureProfile, GaussianNoise, LaplaceNoise, LatticeNoise, MaxProfile,
+                       poisson_remove, shift_mixture_remove)
 
 __all__ = ["Branch", "MechanismMaths", "register", "maths_of", "family_of", "unsampled_branches",
            "UnsupportedEventError"]
@@ -180,3 +183,84 @@ def _truncated_branches(e, relation: str) -> list[Branch]:
 
 register(E.TruncatedPoissonGaussianEvent, pair=lambda e, c: _truncated_remove(e), symmetric=False,
          branches=_truncated_branches)
+
+
+#: the draws k = 1, 2, ... are kept while a shift of 2k noise multipliers has a loss below this
+#: 12 standard deviations above its centre, (2k/sigma)^2/2 + 12 (2k/sigma) + ln P(K = k), so that
+#: the discretisation's loss range stays in floating point (docs/MATH.md 2.7)
+WR_LOSS_CAP = 600.0
+#: ... and while the weight of the draws after them is above this fraction of P(K >= 1)
+WR_TAIL = 1e-30
+
+
+def _wr_cut(e) -> tuple[np.ndarray, int]:
+    """(weights of K ~ Bin(B, 1/n), kc): the draws k <= kc are kept as they are; the weight of
+    k > kc (0 when kc is the last draw of positive weight) is moved to the pessimistic side."""
+    w = e.draw_weights()
+    r = 2.0 / e.sigma
+    eta = e.hit_probability
+    tail = np.cumsum(w[::-1])[::-1]  # tail[k] = P(K >= k) (up to rounding)
+    kc = 1
+    for k in range(2, w.size):
+        if (k * r) ** 2 / 2 + 12.0 * k * r + math.log(w[k]) > WR_LOSS_CAP or tail[k] <= WR_TAIL * eta:
+            break
+        kc = k
+    return w, kc
+
+
+def _perfect() -> PrivacyProfile:
+    """The perfectly distinguishing pair (L = +inf under P): it dominates every pair."""
+    from .base import FiniteProfile
+
+    return FiniteProfile([0.0], [0.0], p_inf=1.0)
+
+
+def _with_replacement_remove(e, side: str = "upper") -> PrivacyProfile:
+    """Remove pair of a step whose batch is B draws with replacement from n records (docs/MATH.md
+    2.7): P = sum_k Bin(B, 1/n)(k) N(2k, sigma^2) against Q = N(0, sigma^2), exact (realised by
+    the record at +1, every other record at -1).  B = 1 is the WOR pair at rate 1/n.  Draws beyond
+    :func:`_wr_cut` reveal themselves as a perfectly distinguishing part on the upper side, and
+    count as the last kept draw on the lower side (a smaller shift: a dominated pair, 13.1's lemma)."""
+    if e.batch_size == 1:
+        return poisson_remove(GaussianNoise(e.sigma, 2.0), 1.0 / e.dataset_size)
+    w, kc = _wr_cut(e)
+    noise = GaussianNoise(e.sigma, 2.0)
+    rest = float(np.sum(w[kc + 1:]))
+    if rest <= 0.0:
+        return noise.shifts_remove_pair(w)
+    if side == "lower":
+        return noise.shifts_remove_pair(np.concatenate([w[:kc], [w[kc] + rest]]))
+    kept = w[: kc + 1] / np.sum(w[: kc + 1])
+    return DisjointMixtureProfile([noise.shifts_remove_pair(kept), _perfect()], [1.0 - rest, rest])
+
+
+def _with_replacement_substitution_upper(e) -> PrivacyProfile:
+    """Upper side under substitution (docs/MATH.md 2.7): the point-wise maximum of the add and
+    remove curves of the pair that reveals K given K >= 1, a Poisson pair of rate
+    eta = P(K >= 1) and shift 2K (advanced joint convexity; K = 0 is the part the two data sets
+    share); the draws beyond :func:`_wr_cut` as a perfectly distinguishing part."""
+    w, kc = _wr_cut(e)
+    eta = e.hit_probability
+    parts = [poisson_remove(GaussianNoise(e.sigma, 2.0 * k), eta) for k in range(1, kc + 1)]
+    ws = list(w[1: kc + 1])
+    rest = float(np.sum(w[kc + 1:]))
+    if rest > 0.0:
+        parts.append(_perfect())
+        ws.append(rest)
+    ws = np.asarray(ws) / np.sum(ws)
+    rem = parts[0] if len(parts) == 1 else DisjointMixtureProfile(parts, ws)
+    return MaxProfile(rem.reversed(), rem)
+
+
+def _with_replacement_branches(e, relation: str) -> list[Branch]:
+    up, lo = _with_replacement_remove(e), _with_replacement_remove(e, "lower")
+    if relation == "substitution":
+        return [Branch("substitution", _with_replacement_substitution_upper(e), lo)]
+    if relation == "remove":
+        return [Branch("remove", up, lo)]
+    add = Branch("add", up.reversed(), lo.reversed())
+    return [add] if relation == "add" else [add, Branch("remove", up, lo)]
+
+
+register(E.WithReplacementGaussianEvent, pair=lambda e, c: _with_replacement_remove(e), symmetric=False,
+         branches=_with_replacement_branches)

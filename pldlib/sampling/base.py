@@ -150,6 +150,22 @@ def directions(family, q: float, relation: str) -> list[Branch]:
     raise ValueError(f"relation: directions() handles add, remove and add_remove, got {relation!r}")
 
 
+class SizedScheme(SamplingScheme):
+    """A scheme whose steps depend on the batch size and the dataset size as well as on q, which a
+    :class:`~pldlib.events.Sampled` event does not carry: its steps are an event of their own
+    (``event_call``), built by a mechanism, and ``Sampled(event, q, name)`` is refused saying so."""
+
+    #: how to write the scheme's own event, for the message
+    event_call: str = ""
+
+    def branches(self, event, q, relation):
+        raise UnsupportedEventError(
+            f"sampling {self.name!r} needs the batch size and the dataset size, which Sampled(event, q, "
+            f"{self.name!r}) does not carry: use Gaussian(sigma, q=q, sampling={self.name!r}, batch_size=B, "
+            "dataset_size=n) (the CLI's --batch-size and --dataset-size, a sweep config's batch_size: and "
+            f"dataset_size:) or the event {self.event_call}")
+
+
 def user_level_branches(event, weights, factor: float, relation: str, name: str) -> list[Branch]:
     """Branches of one user-level step (docs/MATH.md 13.1): the remove pair
     P = sum_k weights[k] N(k factor D, s^2), Q = N(0, s^2) and its reverse (add), from a

@@ -14,25 +14,14 @@ The scheme is registered so that the name is one of :func:`~pldlib.sampling.sche
 """
 from __future__ import annotations
 
-from ..profiles.pairs import UnsupportedEventError
-from .base import SamplingScheme, register
+from .base import SizedScheme, register
 
 
-class TruncatedPoisson(SamplingScheme):
+class TruncatedPoisson(SizedScheme):
     name = "truncated_poisson"
     summary = "Poisson at rate q, a batch larger than batch_size cut to a uniform subset of that size"
     relations = ("add", "remove", "add_remove")
-
-    def branches(self, event, q, relation):
-        raise UnsupportedEventError(
-            f"sampling {self.name!r} needs the batch cap and the dataset size, which Sampled(event, q, "
-            f"{self.name!r}) does not carry: use Gaussian(sigma, q=q, sampling={self.name!r}, batch_size=B, "
-            "dataset_size=n) (the CLI's --batch-size and --dataset-size, a sweep config's batch_size: and "
-            "dataset_size:) or the event TruncatedPoissonGaussianEvent(sigma, q, dataset_size, batch_size)")
-
-    def group_branches(self, event, q, relation, group):
-        raise UnsupportedEventError(f"sampling {self.name!r} has no user-level accounting (group > 1); "
-                                    "user-level accounting is implemented for 'poisson' and 'wor'")
+    event_call = "TruncatedPoissonGaussianEvent(sigma, q, dataset_size, batch_size)"
 
 
 register(TruncatedPoisson())
