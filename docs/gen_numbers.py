@@ -139,6 +139,19 @@ def k_of_t() -> str:
     return "\n".join(lines) + "\n" + _source("BATCHES.md", text)
 
 
+def with_replacement() -> str:
+    """Batches drawn with replacement beside WOR and Poisson (results/BATCHES.md, its first table:
+    the shape, the three add/remove intervals and the noise each scheme needs)."""
+    text = (RESULTS / "BATCHES.md").read_text()
+    sec = text[text.index("## Batches drawn with replacement beside WOR and Poisson"):]
+    table = _tables(sec)[0]
+    head = _cells(table[0])
+    keep = [i for i, c in enumerate(head) if "time" not in c and "substitution" not in c]
+    lines = [_row([head[i] for i in keep]), _row(["---"] * len(keep))]
+    lines += [_row([_cells(r)[i] for i in keep]) for r in table[2:]]
+    return "\n".join(lines) + "\n" + _source("BATCHES.md", sec)
+
+
 def campaigns() -> str:
     """Per campaign and method: cells, their status counts and the median interval width
     (results/campaigns/*/summary.json)."""
@@ -173,7 +186,7 @@ def user_level() -> str:
 
 
 PARTS = {"speed": speed, "sweep_throughput": sweep_throughput, "calibration": calibration,
-         "calibration_grid": calibration_grid, "atlas": atlas, "tradeoff": tradeoff, "batches": batches, "k_of_t": k_of_t, "campaigns": campaigns, "user_level": user_level}
+         "calibration_grid": calibration_grid, "atlas": atlas, "tradeoff": tradeoff, "batches": batches, "k_of_t": k_of_t, "with_replacement": with_replacement, "campaigns": campaigns, "user_level": user_level}
 
 
 def main() -> list[Path]:
