@@ -284,3 +284,16 @@ def test_small_noise_keeps_the_draws_that_fit_and_stays_certified(relation):
     wide = pldlib.account(Gaussian(0.4, sampling="with_replacement", batch_size=256, dataset_size=60_000,
                                    relation=relation), steps=100).epsilon(1e-5)
     assert np.isfinite(wide.upper) and wide.upper - wide.lower < 0.01 * wide.upper
+
+
+def test_a_record_drawn_about_half_the_time_has_no_bare_error():
+    """n = 2, B = 2,000: the low draw counts' weights underflow to 0 and P(K >= 1) is 1 in floating
+    point; the answer is a certified interval, or beyond floating point a LossRangeError (never a
+    bare ValueError)."""
+    from pldlib.profiles.base import LossRangeError
+
+    for rel in ("add_remove", "substitution"):
+        r = PLDAccountant(rel).compose(E.WithReplacementGaussianEvent(200.0, 2, 2000), 10).epsilon(1e-5)
+        assert np.isfinite(r.upper) and r.lower <= r.upper
+        with pytest.raises(LossRangeError, match="use more noise"):
+            PLDAccountant(rel).compose(E.WithReplacementGaussianEvent(50.0, 2, 2000), 10).epsilon(1e-5)

@@ -163,14 +163,21 @@ def _tree_event(ev, rel):
         raise _Refused(ev, f"noise_multiplier: {e}") from None
 
 
-def _with_replacement(ev, rel):
-    """SampledWithReplacementDpEvent around a GaussianDpEvent: ``sample_size`` independent uniform draws
-    from ``source_dataset_size`` records (docs/MATH.md 2.7; ADD_OR_REMOVE_ONE exact, REPLACE_ONE an
-    upper bound that is not tight)."""
+def _sizes(ev) -> tuple[int, int]:
+    """(source_dataset_size, sample_size) of a sampled-with/without-replacement event, each an integer
+    >= 0 (_Refused naming the field otherwise)."""
     n, m = ev.source_dataset_size, ev.sample_size
     for name, v in (("source_dataset_size", n), ("sample_size", m)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise _Refused(ev, f"{name} must be an integer >= 0, got {V.fmt(v)}")
+    return n, m
+
+
+def _with_replacement(ev, rel):
+    """SampledWithReplacementDpEvent around a GaussianDpEvent: ``sample_size`` independent uniform draws
+    from ``source_dataset_size`` records (docs/MATH.md 2.7; ADD_OR_REMOVE_ONE exact, REPLACE_ONE an
+    upper bound that is not tight)."""
+    n, m = _sizes(ev)
     if m == 0:
         return E.NoOp()
     if n < 2:
@@ -260,10 +267,7 @@ def _convert(ev, rel):
             return E.NoOp()
         return _sampled(ev, ev.event, float(q), "poisson", rel)
     if isinstance(ev, D.SampledWithoutReplacementDpEvent):
-        n, m = ev.source_dataset_size, ev.sample_size
-        for name, v in (("source_dataset_size", n), ("sample_size", m)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise _Refused(ev, f"{name} must be an integer >= 0, got {V.fmt(v)}")
+        n, m = _sizes(ev)
         if m > n or n == 0:
             raise _Refused(ev, f"sample_size must be in [0, source_dataset_size], got {m} of {n}")
         if m == 0:

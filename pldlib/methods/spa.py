@@ -354,7 +354,7 @@ class SPAAccountant(Accountant):
 
     def _unsupported(self, step):
         if isinstance(step.event, E.WithReplacementGaussianEvent):
-            # (its pair mixes up to hundreds of shifted Gaussians, whose cumulant tables do not end in time)
+            # (its pair mixes many shifted Gaussians, whose cumulant tables did not end within a minute)
             return ("sampling with replacement is accounted by the PLD accountant only (method 'pld'), not by "
                     "the saddle-point one")
         return super()._unsupported(step)

@@ -868,7 +868,9 @@ class DisjointMixtureProfile(PrivacyProfile):
     def eps_bounds(self, tail: float) -> tuple[float, float]:
         # (m branches: one of weight w <= tail / (2m) is left out, together at most tail / 2 of
         # the mass; each other leaves max(tail / 4, tail / (4 m w)) of its own mass outside, together
-        # at most tail / 2: so a branch of tiny weight does not stretch the range by its far tail)
+        # at most tail / 2: so a branch of tiny weight does not stretch the range by its far tail;
+        # never more than 1e-4, where the branches' own end searches are reliable -- less mass
+        # outside only keeps the bound)
         m = len(self.parts)
         ends = [p.eps_bounds(min(1e-4, max(tail / 4.0, tail / (4.0 * m * wi))))
                 for p, wi in zip(self.parts, self.w) if wi > tail / (2.0 * m)]

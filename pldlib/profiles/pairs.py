@@ -202,7 +202,9 @@ def _wr_cut(e) -> tuple[np.ndarray, int]:
     tail = np.cumsum(w[::-1])[::-1]  # tail[k] = P(K >= k) (up to rounding)
     kc = 1
     for k in range(2, w.size):
-        if (k * r) ** 2 / 2 + 12.0 * k * r + math.log(w[k]) > WR_LOSS_CAP or tail[k] <= WR_TAIL * eta:
+        # (a weight that underflows to 0, e.g. few draws of a record drawn ~B/2 times, adds no loss)
+        log_w = math.log(w[k]) if w[k] > 0.0 else -math.inf
+        if (k * r) ** 2 / 2 + 12.0 * k * r + log_w > WR_LOSS_CAP or tail[k] <= WR_TAIL * eta:
             break
         kc = k
     return w, kc
@@ -241,8 +243,12 @@ def _with_replacement_substitution_upper(e) -> PrivacyProfile:
     share); the draws beyond :func:`_wr_cut` as a perfectly distinguishing part."""
     w, kc = _wr_cut(e)
     eta = e.hit_probability
-    parts = [poisson_remove(GaussianNoise(e.sigma, 2.0 * k), eta) for k in range(1, kc + 1)]
-    ws = list(w[1: kc + 1])
+    # (a part per draw count of positive weight; at eta = 1 in floating point the record is always
+    # drawn, and the Poisson pair of rate 1 is the unsampled Gaussian of shift 2k)
+    ks = [k for k in range(1, kc + 1) if w[k] > 0.0]
+    parts = [poisson_remove(GaussianNoise(e.sigma, 2.0 * k), eta) if eta < 1.0 else
+             GaussianProfile(sigma=e.sigma / (2.0 * k)) for k in ks]
+    ws = [w[k] for k in ks]
     rest = float(np.sum(w[kc + 1:]))
     if rest > 0.0:
         parts.append(_perfect())
