@@ -76,7 +76,7 @@ def main(out: str = "results/CORRELATED.md") -> None:
         "Poisson's independent draws keep amplifying every round. In one pass (rounds = 1) balls-in-bins is "
         "random allocation and needs slightly less noise than Poisson; over several passes it needs much more. "
         "(For a banded matrix mechanism, whose bands span a cycle, the comparison is with cyclic Poisson, and "
-        "balls-in-bins there has no certified bound in pldlib yet.)",
+        "the section on banded strategies below compares the two.)",
         END,
     ])
     path = Path(out)

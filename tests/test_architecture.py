@@ -32,7 +32,7 @@ LAYERS = [
     ("pldlib.pld", "pldlib.exact"),
     ("pldlib.sampling", "pldlib.mechanisms"),
     ("pldlib.methods",),
-    ("pldlib.calibrate", "pldlib.calibration", "pldlib.attack", "pldlib.atlas"),
+    ("pldlib.calibrate", "pldlib.calibration", "pldlib.attack", "pldlib.atlas", "pldlib.correlated"),
     ("pldlib.interop",),
     ("pldlib.cli", "pldlib.__main__", "pldlib", "pldlib.testing", "pldlib.plugins", "pldlib.web"),
     ("sweeps",),

@@ -21,6 +21,10 @@ strategy                                  pldlib events (per record, the worst o
 ``BMinSepSampling``                        refused: no certified pair here (Monte Carlo only)
 ========================================  =====================================================
 
+BandMF (a banded Toeplitz strategy ``c_col``) goes through :func:`account_bandmf`: cyclic Poisson
+exactly (docs/MATH.md 13.7), balls-in-bins with a certified interval that is not tight (13.10),
+b-min-sep with a wide one (13.11; also with ``c_col = [1]``, DP-SGD).
+
 **Balls in bins** keeps each example's bin for the whole run, so the E rounds it joins are not E
 independent random allocations: given its bin j the record adds its gradient to rounds
 j, j + b, ..., and for non-adaptive queries the E noisy sums of a bin are, by sufficiency, one
@@ -42,7 +46,7 @@ from .. import _validate as V
 from .. import events as E
 from ..profiles.pairs import UnsupportedEventError
 
-__all__ = ["batch_events", "account", "check_event", "BatchSelectionMismatchWarning"]
+__all__ = ["batch_events", "account", "account_bandmf", "check_event", "BatchSelectionMismatchWarning"]
 
 
 class BatchSelectionMismatchWarning(UserWarning):
@@ -117,6 +121,64 @@ def account(strategy, num_examples: int, noise_multiplier: float, relation: str 
     for ev, k in batch_events(strategy, num_examples, noise_multiplier, relation):
         acc.compose(ev, k)
     return acc
+
+
+def account_bandmf(strategy, noise_multiplier: float, c_col, relation: str = "add_remove", method: str = "pld",
+                   **options):
+    """Certified accounting of BandMF whose batches ``strategy`` selects: the banded Toeplitz strategy
+    with first-column coefficients ``c_col`` (JAX Privacy's, e.g. ``optimize_banded_toeplitz``) over
+    ``strategy.iterations`` steps, noise of standard deviation ``noise_multiplier`` (JAX Privacy's
+    convention: times the clip norm, whatever c_col's norm).  Returns an object whose ``epsilon(delta)``
+    and ``delta(epsilon)`` give certified intervals.
+
+    - ``BallsInBinsSampling``: :func:`pldlib.correlated.balls_in_bins_bandmf` (needs len(c_col) <=
+      cycle_length; certified, not tight; docs/MATH.md 13.10);
+    - ``CyclicPoissonSampling``: :func:`pldlib.correlated.account_bandmf` (exact; needs len(c_col) <=
+      cycle_length; PartitionType.INDEPENDENT under add_remove, as for DP-SGD);
+    - ``BMinSepSampling``: :func:`pldlib.correlated.b_min_sep_bandmf` (needs len(c_col) <= min_sep;
+      a wide certified interval: unamplified upper end, a one-statistic lower end; 13.11);
+    - others: :class:`UnsupportedEventError` with the reason."""
+    import numpy as np
+
+    from .. import correlated as CR
+
+    sigma = V.positive_finite("noise_multiplier", noise_multiplier)
+    name = _name(strategy)
+    it = V.int_at_least("strategy.iterations", getattr(strategy, "iterations", None), 1)
+    c = np.asarray(c_col, dtype=float).ravel()
+    if c.size < 1 or not np.all(np.isfinite(c)):
+        raise ValueError("c_col: a non-empty list of finite numbers")
+    cycle = V.int_at_least("strategy.cycle_length", getattr(strategy, "cycle_length", 1), 1)
+    if c.size > cycle and name in ("BallsInBinsSampling", "CyclicPoissonSampling"):
+        raise ValueError(f"c_col: {c.size} bands exceed the cycle length {cycle}: a record's participations would "
+                         "share rows of the release (JAX Privacy requires bands <= cycle length too)")
+    st = CR.BandedStrategy.toeplitz(c, it)
+    nm = sigma / st.max_norm  # (pldlib's noise multiplier is relative to the largest column norm)
+    if name == "BallsInBinsSampling":
+        return CR.balls_in_bins_bandmf(nm, st, cycle, relation=relation, method=method, **options)
+    if name == "CyclicPoissonSampling":
+        if cycle > 1 and relation in ("add", "remove", "add_remove") and _partition(strategy) != "INDEPENDENT":
+            raise UnsupportedEventError(
+                f"strategy: cyclic Poisson sampling with partition_type {_partition(strategy)} re-partitions the "
+                "examples when one is added, so it is accounted under substitution only; use "
+                "PartitionType.INDEPENDENT for add_remove")
+        if getattr(strategy, "truncated_batch_size", None) is not None:
+            raise UnsupportedEventError("strategy: truncated cyclic Poisson batches with a banded strategy have no "
+                                        "certified accounting here")
+        wide = CR.BandedStrategy(st.column_norms, cycle)  # (a b-banded strategy is cycle-banded, cycle >= b)
+        return CR.account_bandmf(nm, wide, q=V.sampling_rate("strategy.sampling_prob", strategy.sampling_prob),
+                                 relation=relation, method=method, **options)
+    if name == "BMinSepSampling":
+        b = V.int_at_least("strategy.min_sep", strategy.min_sep, 1)
+        if c.size > b:  # (JAX Privacy's own check)
+            raise ValueError(f"c_col: {c.size} bands exceed min_sep {b}: two participations could share rows of "
+                             "the release (JAX Privacy requires bands <= min_sep too)")
+        if getattr(strategy, "truncated_batch_size", None) is not None:
+            raise UnsupportedEventError("strategy: truncated b-min-sep batches have no certified accounting here")
+        return CR.b_min_sep_bandmf(nm, st, V.sampling_rate("strategy.sampling_prob", strategy.sampling_prob), b,
+                                   warm_start=bool(getattr(strategy, "warm_start", True)), relation=relation,
+                                   method=method, **options)
+    raise UnsupportedEventError(f"strategy: {name} with a banded strategy has no certified accounting here")
 
 
 def _sampling_of(event) -> str | None:
