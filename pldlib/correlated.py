@@ -245,14 +245,15 @@ def account_bandmf(noise_multiplier: float, strategy: BandedStrategy, q: float |
 def calibrate_bandmf(epsilon: float, delta: float, strategy: BandedStrategy, q: float | None = None, *,
                      epochs: int = 1, relation: str = "add_remove", method: str = "pld", tol: float = 1e-3,
                      bounds: tuple = (1e-2, 1e3), sampling: str = "cyclic_poisson",
-                     bins: int | None = None) -> float:
+                     bins: int | None = None, min_sep: int | None = None) -> float:
     """The smallest noise multiplier (within ``tol``) whose certified eps(delta) of
     :func:`account_bandmf` is at most ``epsilon``.
 
     Cyclic Poisson: certified for each group that no other group dominates
     (:func:`pldlib.calibration.calibrate_parameter`), the largest of those sigmas (eps falls as
-    sigma grows, so it meets the target for every group).  Balls-in-bins (``bins``): bisection on
-    the certified upper end of :func:`balls_in_bins_bandmf` (each of its pieces falls as sigma
+    sigma grows, so it meets the target for every group).  Balls-in-bins (``bins``) and b-min-sep
+    (``min_sep``, ``q`` the probability p): bisection on the certified upper end of
+    :func:`balls_in_bins_bandmf` / :func:`b_min_sep_bandmf` (each of their pieces falls as sigma
     grows); the sigma returned meets the target.
 
     Raises :class:`pldlib.calibration.TargetUnreachableError` when even ``bounds[1]`` does not
@@ -269,17 +270,24 @@ def calibrate_bandmf(epsilon: float, delta: float, strategy: BandedStrategy, q: 
     lo, hi = (V.positive_finite("bounds[0]", bounds[0]), V.positive_finite("bounds[1]", bounds[1]))
     if not lo < hi:
         raise ValueError(f"bounds: the lower end must be below the upper end, got {bounds}")
-    if sampling == "balls_in_bins":
-        if bins is None:
+    if sampling in ("balls_in_bins", "b_min_sep"):
+        if sampling == "balls_in_bins" and bins is None:
             raise ValueError("bins: balls-in-bins sampling needs the number of bins (JAX Privacy's cycle_length)")
+        if sampling == "b_min_sep" and (min_sep is None or q is None):
+            raise ValueError("min_sep and q: b-min-sep sampling needs both (q: the probability that an eligible "
+                             "record takes part)")
         if epochs != 1:
-            raise ValueError("epochs: balls-in-bins keeps each record's bin for the whole run; build the strategy "
+            raise ValueError(f"epochs: {sampling} batches are accounted over the whole run; build the strategy "
                              "over all the run's steps and pass epochs=1")
 
         def upper(sig):  # (too little noise for floating point: not met, the safe side)
             try:
-                return float(balls_in_bins_bandmf(sig, strategy, bins, relation=relation, method=method,
-                                                  upper_only=True).epsilon(delta).upper)
+                if sampling == "balls_in_bins":
+                    acc = balls_in_bins_bandmf(sig, strategy, bins, relation=relation, method=method, upper_only=True)
+                else:
+                    acc = b_min_sep_bandmf(sig, strategy, q, min_sep, relation=relation, method=method,
+                                           upper_only=True)
+                return float(acc.epsilon(delta).upper)
             except (PrecisionLimitError, GridTooLargeError):  # (LossRangeError is a PrecisionLimitError)
                 return math.inf
 
@@ -297,7 +305,7 @@ def calibrate_bandmf(epsilon: float, delta: float, strategy: BandedStrategy, q: 
                 lo = mid
         return hi
     if sampling != "cyclic_poisson":
-        raise ValueError(f"sampling: {sampling!r}; 'cyclic_poisson' or 'balls_in_bins'")
+        raise ValueError(f"sampling: {sampling!r}; 'cyclic_poisson', 'balls_in_bins' or 'b_min_sep'")
     if q is None:
         raise ValueError("q: cyclic Poisson sampling needs the sampling probability q")
     q = V.sampling_rate("q", q)
@@ -665,7 +673,7 @@ class BMinSepBandMF:
     statistic of a real data set's release, a mixture of Gaussians over the participation count,
     lowered by its probabilities' rounding.  The ends can be far apart."""
 
-    lower_acc: object
+    lower_acc: object  # (None: no lower piece, the bound every pair meets)
     upper_accs: tuple  # (the unamplified Gaussian, the spectral Poisson steps)
     margin: float
     level: float = 0.0                                                # the lower end's data set: gradient
@@ -674,7 +682,10 @@ class BMinSepBandMF:
     def delta(self, epsilon) -> Interval:
         e = np.asarray(epsilon, float)
         up = np.minimum.reduce([np.asarray(a.delta(e).upper, float) for a in self.upper_accs])
-        lo = np.maximum(np.asarray(self.lower_acc.delta(e).lower, float) - self.margin, 0.0)
+        if self.lower_acc is None:
+            lo = np.maximum(-np.expm1(np.minimum(e, 700.0)), 0.0) * (1.0 - 1e-15)
+        else:
+            lo = np.maximum(np.asarray(self.lower_acc.delta(e).lower, float) - self.margin, 0.0)
         lo = np.minimum(lo, up)
         return Interval(float(lo), float(up)) if e.ndim == 0 else Interval(lo, up)
 
@@ -682,18 +693,22 @@ class BMinSepBandMF:
         d = np.asarray(delta, float)
         up = np.minimum.reduce([np.asarray(a.epsilon(d).upper, float) for a in self.upper_accs])
         dd = np.minimum(d + self.margin, 1.0 - 1e-16)
-        lo = np.minimum(np.asarray(self.lower_acc.epsilon(dd).lower, float), up)
+        if self.lower_acc is None:
+            lo = np.minimum(np.log1p(-d) * (1.0 + 1e-15), up)
+        else:
+            lo = np.minimum(np.asarray(self.lower_acc.epsilon(dd).lower, float), up)
         return Interval(float(lo), float(up)) if d.ndim == 0 else Interval(lo, up)
 
 
 def b_min_sep_bandmf(noise_multiplier: float, strategy: BandedStrategy, sampling_prob: float, min_sep: int, *,
                      warm_start: bool = True, relation: str = "add_remove", method: str = "pld",
-                     **options) -> BMinSepBandMF:
+                     upper_only: bool = False, **options) -> BMinSepBandMF:
     """Certified accounting of a b-banded matrix mechanism under b-min-sep batches (JAX Privacy's
     ``BMinSepSampling(sampling_prob, iterations=strategy.steps, min_sep)``; bands <= min_sep):
     the upper end is the unamplified Gaussian or Poisson steps at the strategy's norm (whichever
     is smaller; both hold for adaptive queries), the lower end one statistic of a real data set
-    (non-adaptive).  The interval can be wide (docs/MATH.md 13.11)."""
+    (non-adaptive).  The interval can be wide (docs/MATH.md 13.11).  ``upper_only``: no lower end
+    (its answers' lower ends are then those of the empty mechanism)."""
     from .methods import make_accountant, method_info, method_names
 
     sigma = V.positive_finite("noise_multiplier", noise_multiplier)
@@ -743,16 +758,17 @@ def b_min_sep_bandmf(noise_multiplier: float, strategy: BandedStrategy, sampling
             a[dlt:] += v
     w_norm = math.sqrt(max(float(np.sum(a)), 0.0))  # |w|^2 = sum_j a_j
     best_lo, best_score = None, -1.0
-    for cand in sorted({float(np.median(a[a > 0])), float(np.min(a[a > 0]))}) if np.any(a > 0) else []:
+    cands = [] if upper_only or not np.any(a > 0) else sorted({float(np.median(a[a > 0])), float(np.min(a[a > 0]))})
+    for cand in cands:
         act = a >= cand * (1.0 - 1e-9)  # (equal a_j of a Toeplitz strategy's interior differ by rounding)
         level = float(np.min(a[act]))  # gradient level / a_j <= 1 at the active steps, 0 elsewhere:
         law = min_sep_count_law(act, b, p, warm_start)  # each active participation shifts by level
         score = level * float(np.dot(np.arange(law.size), law))  # (the mean shift: pick the stronger)
         if score > best_score:
             best_lo, best_score = (level, law, act), score
-    lo = make_accountant(method, relation, **options)
-    margin = 0.0
+    lo, margin = None, 0.0
     if best_lo is not None and w_norm > 0:
+        lo = make_accountant(method, relation, **options)
         level, law, active = best_lo
         keep = law > 1e-300
         n = np.nonzero(keep)[0]
@@ -764,7 +780,6 @@ def b_min_sep_bandmf(noise_multiplier: float, strategy: BandedStrategy, sampling
         # the masses dropped are below 1e-300 each: the total variation between the mixture composed
         # and the statistic's true law is at most the margin (docs/MATH.md 13.11)
         margin = (4 * T + 8) * 2.220446049250313e-16 * 2.0 + T * 1e-300
-    else:
-        lo.compose(E.NoOp(), 1)
+    else:  # (no lower piece: the bounds every pair meets, delta >= 1 - e^eps)
         level, active = 0.0, np.zeros(T, bool)
     return BMinSepBandMF(lo, ups, margin, level, active)

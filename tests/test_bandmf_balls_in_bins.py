@@ -370,3 +370,25 @@ def test_b_min_sep_spectral_upper_piece():
     C[5, 5] = 0.0
     a = b_min_sep_bandmf(2.0, BandedStrategy.from_matrix(C, bands=1), 0.1, 2)
     assert len(a.upper_accs) == 1
+
+
+def test_calibration_under_balls_in_bins_and_b_min_sep():
+    """calibrate_bandmf returns a sigma whose certified upper end meets the target, and a sigma a
+    little smaller does not (the bisection's tolerance); unreachable targets are named."""
+    from pldlib.calibration import TargetUnreachableError
+    from pldlib.correlated import b_min_sep_bandmf, calibrate_bandmf
+
+    st = BandedStrategy.toeplitz([1.0, 0.5], 100)
+    for kw, acc_of in ((dict(sampling="balls_in_bins", bins=10), lambda s: balls_in_bins_bandmf(s, st, 10)),
+                       (dict(sampling="b_min_sep", min_sep=4, q=0.2), lambda s: b_min_sep_bandmf(s, st, 0.2, 4))):
+        sigma = calibrate_bandmf(4.0, 1e-5, st, tol=1e-3, **kw)
+        assert acc_of(sigma).epsilon(1e-5).upper <= 4.0
+        assert acc_of(sigma / 1.01).epsilon(1e-5).upper > 4.0
+        with pytest.raises(TargetUnreachableError, match="epsilon: 0.0001 at delta 1e-12 is not met"):
+            calibrate_bandmf(1e-4, 1e-12, st, bounds=(0.1, 5.0), **kw)
+    with pytest.raises(ValueError, match="min_sep and q"):
+        calibrate_bandmf(4.0, 1e-5, st, sampling="b_min_sep", min_sep=4)
+    # the upper end alone (what calibration reads) equals the full object's upper end
+    full, alone = b_min_sep_bandmf(3.0, st, 0.2, 4), b_min_sep_bandmf(3.0, st, 0.2, 4, upper_only=True)
+    assert full.epsilon(1e-5).upper == alone.epsilon(1e-5).upper
+    assert alone.delta(-0.3).lower == pytest.approx(-math.expm1(-0.3), rel=1e-12)  # (1 - e^eps: every pair)
