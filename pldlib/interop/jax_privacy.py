@@ -18,7 +18,8 @@ strategy                                  pldlib events (per record, the worst o
                                            multiplier sigma / sqrt(E), E = ceil(iterations / b)
 ``FixedBatchSampling`` (replace=False)     ``iterations`` steps without replacement, q = B / n
 ``FixedBatchSampling`` (replace=True)      ``iterations`` steps of B draws with replacement (MATH 2.7)
-``BMinSepSampling``                        refused: no certified pair here (Monte Carlo only)
+``BMinSepSampling``                        refused here (no single pair); :func:`account_bandmf`
+                                           with ``c_col = [1]`` gives a wide certified interval
 ========================================  =====================================================
 
 BandMF (a banded Toeplitz strategy ``c_col``) goes through :func:`account_bandmf`: cyclic Poisson
@@ -77,8 +78,9 @@ def batch_events(strategy, num_examples: int, noise_multiplier: float,
     it = V.int_at_least("strategy.iterations", it, 1)
     if name == "BMinSepSampling":
         raise UnsupportedEventError(
-            "strategy: b-min-sep sampling has no certified dominating pair here (JAX Privacy accounts it by "
-            "Monte Carlo only); use CyclicPoissonSampling or BallsInBinsSampling for a certified answer")
+            "strategy: b-min-sep sampling has no single dominating pair of pldlib events; "
+            "pldlib.interop.jax_privacy.account_bandmf(strategy, noise_multiplier, [1.0]) gives its certified "
+            "(wide) interval, CyclicPoissonSampling and BallsInBinsSampling a tight one")
     if name == "FixedBatchSampling":
         b = V.int_at_least("strategy.batch_size", strategy.batch_size, 1)
         if getattr(strategy, "replace", False):  # (rng.choice(n, b, replace=True): b independent draws)
@@ -216,7 +218,8 @@ def check_event(strategy, num_examples: int, dp_event, noise_multiplier: float |
     try:
         want = batch_events(strategy, num_examples, noise_multiplier, relation)
     except UnsupportedEventError as e:
-        msg = f"{_name(strategy)} batches have no certified accounting here ({e}); the event accounted does not describe them"
+        msg = (f"{_name(strategy)} batches are not accounted by pldlib events ({e}); the event accounted does not "
+               "describe them")
         warnings.warn(msg, BatchSelectionMismatchWarning, stacklevel=2)
         return msg
     have, need = _sampling_of(ours), _sampling_of(E.Composed([ev for ev, _ in want]))
