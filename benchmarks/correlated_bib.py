@@ -286,8 +286,10 @@ def section_saving() -> tuple[list[str], list]:
         *rows,
         "",
         "A negative saving means the scheme needs more noise than cyclic Poisson. The intervals are wide "
-        "because balls-in-bins and b-min-sep are certified loosely (b-min-sep's upper end is not amplified): "
-        "their left ends bound what can be claimed with a certificate today, not what the batches achieve.",
+        "because balls-in-bins and b-min-sep are certified loosely (neither upper end amplifies over all the "
+        "bins or steps): their left ends bound what can be claimed with a certificate today, not what the "
+        "batches achieve. Where a whole interval is negative, the scheme needs more noise than cyclic Poisson "
+        "whatever its true accounting.",
         END2,
     ]
     return text, data
