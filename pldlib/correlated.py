@@ -36,7 +36,8 @@ from .methods.base import Interval
 
 __all__ = ["BandedStrategy", "bandmf_cyclic_poisson", "account_bandmf", "calibrate_bandmf", "BandMFAccounting",
            "balls_in_bins_bandmf", "BallsInBinsBandMF", "bin_groups", "thinned_lower_pairs",
-           "bin_gram", "max_test_curve", "b_min_sep_bandmf", "BMinSepBandMF", "min_sep_count_law"]
+           "bin_gram", "max_test_curve", "b_min_sep_bandmf", "BMinSepBandMF", "min_sep_count_law",
+           "BANDMF_SAMPLINGS", "sqrt_toeplitz_coefs", "bandmf_run"]
 
 
 @dataclass(frozen=True)
@@ -783,3 +784,58 @@ def b_min_sep_bandmf(noise_multiplier: float, strategy: BandedStrategy, sampling
     else:  # (no lower piece: the bounds every pair meets, delta >= 1 - e^eps)
         level, active = 0.0, np.zeros(T, bool)
     return BMinSepBandMF(lo, ups, margin, level, active)
+
+
+# -- a BandMF run by its expected batch fraction (what a sweep's cell holds) -------------------------
+
+#: the batch selections of :func:`bandmf_run` (and of a sweep of mechanism ``bandmf``)
+BANDMF_SAMPLINGS = ("cyclic_poisson", "balls_in_bins", "b_min_sep")
+
+
+def sqrt_toeplitz_coefs(bands: int) -> np.ndarray:
+    """The first ``bands`` coefficients of the square root of the prefix-sum matrix (Fichtenberger,
+    Henzinger and Upadhyay's max-error strategy; JAX Privacy's ``optimal_max_error_strategy_coefs``,
+    its BandMF starting point), C(2k, k) / 4^k, scaled to unit norm."""
+    k = V.int_at_least("bands", bands, 1)
+    c = np.ones(k)
+    for i in range(1, k):
+        c[i] = c[i - 1] * (2 * i - 1) / (2 * i)
+    return c / np.linalg.norm(c)
+
+
+def bandmf_scheme_args(sampling: str, q: float, bands: int) -> dict:
+    """The batch selection's own parameters for an expected batch fraction ``q`` (the share of the
+    records in each step's batch): cyclic Poisson with cycle ``bands`` at probability q * bands,
+    balls-in-bins with 1/q bins, b-min-sep with min_sep ``bands`` at p with p / (1 + (bands - 1) p)
+    = q.  ValueError naming q when the scheme cannot reach it."""
+    V.choice("sampling", sampling, BANDMF_SAMPLINGS)
+    q = V.sampling_rate("q", q)
+    k = V.int_at_least("bands", bands, 1)
+    if sampling == "cyclic_poisson":
+        if q * k > 1.0 + 1e-12:
+            raise ValueError(f"q: cyclic Poisson over a cycle of {k} bands reaches batch fractions up to 1/{k}, "
+                             f"got {V.fmt(q)}")
+        return {"q": min(q * k, 1.0)}
+    if sampling == "balls_in_bins":
+        bins = round(1.0 / q)
+        if abs(bins * q - 1.0) > 1e-9 or bins < k:
+            raise ValueError(f"q: balls-in-bins takes q = 1/bins with at least {k} bins (the bands), got {V.fmt(q)}")
+        return {"bins": int(bins)}
+    if (k - 1) * q >= 1.0:
+        raise ValueError(f"q: b-min-sep with min_sep {k} reaches batch fractions below 1/{k - 1}, got {V.fmt(q)}")
+    return {"q": min(q / (1.0 - (k - 1) * q), 1.0), "min_sep": k}
+
+
+def bandmf_run(noise_multiplier: float, steps: int, bands: int, sampling: str, q: float, *,
+               relation: str = "add_remove", method: str = "pld", **options):
+    """Certified accounting of a BandMF run of ``steps`` steps with :func:`sqrt_toeplitz_coefs`
+    (``bands`` of them; one band is DP-SGD) whose batches hold a fraction ``q`` of the records in
+    expectation (:func:`bandmf_scheme_args`), by :func:`account_bandmf`.  Its ``epsilon(delta)``
+    and ``delta(epsilon)`` give certified intervals."""
+    steps = V.int_at_least("steps", steps, 1)
+    args = bandmf_scheme_args(sampling, q, bands)
+    st = BandedStrategy.toeplitz(sqrt_toeplitz_coefs(bands), steps)
+    if sampling == "cyclic_poisson":
+        return account_bandmf(noise_multiplier, st, args["q"], relation=relation, method=method, **options)
+    return account_bandmf(noise_multiplier, st, sampling=sampling, relation=relation, method=method,
+                          q=args.get("q"), bins=args.get("bins"), min_sep=args.get("min_sep"), **options)

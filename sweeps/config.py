@@ -78,6 +78,7 @@ import yaml
 from pldlib import _validate as V  # noqa: E402
 from pldlib._validate import RELATIONS as _RELATIONS  # noqa: E402
 from pldlib.mechanisms import mechanism_names, mechanism_spec  # noqa: E402
+from pldlib.correlated import BANDMF_SAMPLINGS  # noqa: E402
 from pldlib.sampling import sampling_names  # noqa: E402
 from .errors import ConfigError  # noqa: E402,F401
 
@@ -92,6 +93,8 @@ AXES = ("sigma", "q", "steps", "delta", "sampling", "relation")
 #: what the ``sigma`` axis means for each mechanism: its noise parameter, from pldlib's mechanism
 #: descriptors (:func:`pldlib.mechanisms.mechanism_spec`)
 MECHANISMS = {n: f"{mechanism_spec(n).noise}: {mechanism_spec(n).help}" for n in mechanism_names()}
+MECHANISMS["bandmf"] = ("sigma: noise multiplier of a banded matrix mechanism (BandMF; sqrt-Toeplitz strategy, "
+                        "unit column norm)")
 #: the mechanism of a config without ``mechanism:`` (announced when a run starts, stored in attrs)
 DEFAULT_MECHANISM = "gaussian"
 #: sampling names and relations: read from pldlib (their one definition each)
@@ -109,7 +112,11 @@ SIZED = (TRUNCATED, WITH_REPLACEMENT)
 ALLOCATION = "random_allocation"
 TOP_KEYS = ("name", "description", "store", "mechanism", "methods", "grid", "options",
             "sampling", "relation", "quick", "variants", "report", "layout", "task_seconds",
-            "selections") + TRUNCATION_KEYS
+            "selections", "bands") + TRUNCATION_KEYS
+#: the banded matrix mechanism (BandMF, DP-FTRL; :func:`pldlib.correlated.bandmf_run`): its sampling
+#: axis holds batch selections, its q the expected batch fraction, ``bands:`` the strategies' bands
+BANDMF = "bandmf"
+BANDMF_RELATIONS = ("add", "remove", "add_remove")
 #: grid keys that are not cell axes: false-positive rates of the TPR metric (``tpr_lower``,
 #: ``tpr_upper``; a block spans all of them)
 GRID_EXTRA = ("fpr",)
@@ -162,6 +169,8 @@ class SweepConfig:
     #: target seconds of one task of a sharded store (``task_seconds:``; None: the default of
     #: :mod:`sweeps.cost`); not in the fingerprint
     task_seconds: float | None = field(default=None, compare=False)
+    #: ``mechanism: bandmf`` only: the band counts, each method run once per count (``pld@b4``)
+    bands: tuple = ()
 
     def truncation(self) -> dict:
         """``{"batch_size": B, "dataset_size": n}`` when set (``truncated_poisson``), else ``{}``."""
@@ -194,6 +203,7 @@ class SweepConfig:
             # batch_size / dataset_size only when given: other configs keep their fingerprints
             **self.truncation(),
             **({"selections": self.selections} if self.selections else {}),
+            **({"bands": list(self.bands)} if self.bands else {}),
             **({"variants": dict(self.variants)} if self.variants else {}),
             **({"report": dict(self.report)} if self.report else {}),
             # layout / task_seconds only when given (files and task sizes, not results)
@@ -343,11 +353,11 @@ def _expand(fld: str, spec, numeric: bool) -> list:
     return [spec]
 
 
-def _axis(fld: str, name: str, spec) -> tuple:
+def _axis(fld: str, name: str, spec, check=None) -> tuple:
     numeric = name not in ("sampling", "relation")
     generated = isinstance(spec, dict)
     raw = _expand(fld, spec, numeric)
-    check = AXIS_CHECKS[name]
+    check = check or AXIS_CHECKS[name]
     vals = []
     for i, v in enumerate(raw):
         if name == "steps" and generated:
@@ -491,8 +501,9 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
         raise ConfigError("store", f"must be a path or URL string, got {store!r}")
     mechanism_default = "mechanism" not in data
     mechanism = data.get("mechanism", DEFAULT_MECHANISM)
-    if not isinstance(mechanism, str) or mechanism.lower() not in mechanism_names():
-        raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(mechanism_names())})")
+    known_mechs = mechanism_names() + (BANDMF,)
+    if not isinstance(mechanism, str) or mechanism.lower() not in known_mechs:
+        raise ConfigError("mechanism", f"unknown mechanism {mechanism!r} (choose from {', '.join(known_mechs)})")
     mechanism = mechanism.lower()
 
     variants = data.get("variants") or {}
@@ -534,15 +545,20 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
                 raise ConfigError(k, f"given both at top level and in grid.{k}")
             grid[k] = data[k]
     defaults = {"q": [1.0], "sampling": ["none"], "relation": ["add_remove"]}
+    bandmf = mechanism == BANDMF
+    checks = {"sampling": _choice(BANDMF_SAMPLINGS), "relation": _choice(BANDMF_RELATIONS)} if bandmf else {}
     axes = {}
     for a in AXES:
         if a not in grid:
+            if bandmf and a in ("sampling", "q"):
+                raise ConfigError(f"grid.{a}", "missing (mechanism bandmf needs the batch selections and the "
+                                               "expected batch fraction q)")
             if a in defaults:
                 grid[a] = defaults[a]
             else:
                 raise ConfigError(f"grid.{a}", "missing (required axis)")
         fld = f"grid.{a}" if a in (data.get("grid") or {}) or a not in data else a
-        axes[a] = _axis(fld, a, grid[a])
+        axes[a] = _axis(fld, a, grid[a], checks.get(a))
     if "none" in axes["sampling"]:
         small = [q for q in axes["q"] if q < 1.0]
         if small:
@@ -553,6 +569,11 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
     report = _report(data.get("report"))
     options = _options(methods, data.get("options"), variants)
     variants = {a: b for a, b in variants.items() if a in methods}
+    bands = ()
+    if bandmf:
+        methods, options, variants, bands = _bandmf(data, axes, methods, options, variants, fpr, report)
+    elif data.get("bands") is not None:
+        raise ConfigError("bands", f"only with mechanism {BANDMF} (this config's is {mechanism})")
     if "quick" in data:  # the quick variant must be valid too (errors name quick.<field>)
         try:
             parse_config(_quick_variant(data), source=source)
@@ -567,7 +588,48 @@ def parse_config(data: Any, source: str | None = None, quick: bool = False) -> S
     return SweepConfig(name=name.strip(), store=store.strip(), mechanism=mechanism, methods=methods,
                        options=options, description=description, source=source, variants=variants,
                        report=report, fpr=fpr, mechanism_default=mechanism_default, **axes, **truncation,
-                       selections=selections, layout=layout, task_seconds=task_seconds)
+                       selections=selections, layout=layout, task_seconds=task_seconds, bands=bands)
+
+
+def _bandmf(data: dict, axes: dict, methods: tuple, options: dict, variants: dict, fpr, report):
+    """``mechanism: bandmf``: the validated ``bands`` (an integer or a list, default 1), each method
+    expanded into one variant per band count (``pld@b4``: ``pld`` with option ``bands: 4``), and
+    every (q, sampling, bands) checked reachable (:func:`pldlib.correlated.bandmf_scheme_args`)."""
+    from pldlib.correlated import bandmf_scheme_args
+    from pldlib.methods import method_info
+
+    raw = data.get("bands", 1)
+    raw = raw if isinstance(raw, (list, tuple)) else [raw]
+    if not raw:
+        raise ConfigError("bands", "is empty (give one or more band counts, 1 for DP-SGD)")
+    bands = tuple(_checked(V.int_at_least, f"bands[{i}]" if len(raw) > 1 else "bands", b, 1)
+                  for i, b in enumerate(raw))
+    if len(set(bands)) != len(bands):
+        raise ConfigError("bands", f"duplicate band count in {list(bands)}")
+    if fpr:
+        raise ConfigError("grid.fpr", f"the TPR metric is not available for mechanism {BANDMF}")
+    if report.get("tradeoff_curve"):
+        raise ConfigError("report.tradeoff_curve", f"not available for mechanism {BANDMF}")
+    for i, m in enumerate(methods):
+        if method_info(variants.get(m, m)).kind != "certified":
+            raise ConfigError(f"methods[{i}]", f"mechanism {BANDMF} is accounted by certified methods only "
+                                               f"(pld, prv, spa), got {m!r}")
+    for b in bands:
+        for s in axes["sampling"]:
+            for q in axes["q"]:
+                try:
+                    bandmf_scheme_args(s, q, b)
+                except ValueError as e:
+                    raise ConfigError("grid.q", f"{e} (sampling {s}, bands {b})".removeprefix("q: ")) from None
+    new_methods, new_options, new_variants = [], {}, {}
+    for m in methods:
+        for b in bands:
+            alias = f"{m}@b{b}"
+            new_methods.append(alias)
+            base = variants.get(m, m)
+            new_variants[alias] = base
+            new_options[alias] = {**options[m], "bands": b, "variant_of": base}
+    return tuple(new_methods), new_options, new_variants, bands
 
 
 def _layout(spec):

@@ -271,10 +271,13 @@ def run_block(spec: dict) -> dict:
             raise RuntimeError("test-only 'fail' option selected this block")
         if fprs and options.get("eps_cap") is not None:
             raise ValueError("option eps_cap cannot be combined with the TPR metric (grid.fpr)")
-        acc = accountant_for(method, params["relation"], options)
-        event = make_event(params)
-        t = acc.tables_per_steps(event, steps, deltas, fprs, eps_cap=options.get("eps_cap"),
-                                 eps_floor=options.get("eps_floor"))
+        if params.get("mechanism") == "bandmf":
+            t = _bandmf_tables(params, method, options, steps, deltas)
+        else:
+            acc = accountant_for(method, params["relation"], options)
+            event = make_event(params)
+            t = acc.tables_per_steps(event, steps, deltas, fprs, eps_cap=options.get("eps_cap"),
+                                     eps_floor=options.get("eps_floor"))
         failed = t.failed()
         unsupported = (np.ones(shape, bool) if t.unsupported
                        else (np.asarray(t.capped, bool) if t.capped is not None else np.zeros(shape, bool)))
@@ -306,6 +309,43 @@ def run_block(spec: dict) -> dict:
                error=error[:ERROR_TEXT_MAX], seconds=time.perf_counter() - t0, finished_at=time.time())
     _trim_heap()
     return out
+
+
+def _bandmf_tables(params: dict, method: str, options: dict, steps: list, deltas: list):
+    """The block of a ``mechanism: bandmf`` sweep: one run of each steps value
+    (:func:`pldlib.correlated.bandmf_run`: BandMF has no per-step event, its privacy depends on
+    the whole run's strategy), all deltas at once; a steps value that raises fails its cells, with
+    the error as a note.  The method's constructor options apply; ``eps_cap`` / ``eps_floor`` do
+    not (every cell is computed)."""
+    from pldlib.correlated import bandmf_run
+    from pldlib.methods import StepsTables
+
+    shape = (len(steps), len(deltas))
+    lo, up = np.full(shape, np.nan), np.full(shape, np.nan)
+    notes = []
+    kw = {k: v for k, v in options.items() if k in _constructor_options(_accountant_class(method))
+          and v is not None}
+    d = np.asarray(deltas, float)
+    for i, k in enumerate(steps):
+        try:
+            iv = bandmf_run(params["sigma"], k, int(options.get("bands", 1)), params["sampling"], params["q"],
+                            relation=params["relation"], method=method, **kw).epsilon(d)
+            lo[i], up[i] = iv.lower, iv.upper
+        except Exception as e:
+            from pldlib.methods.base import transient
+
+            if transient(e):
+                raise
+            notes.append(f"steps {k}: {_short(e)}")
+    empty = np.zeros((len(steps), 0))
+    return StepsTables(eps_lower=lo, eps_estimate=np.full(shape, np.nan), eps_upper=up, notes=notes,
+                       tpr_lower=empty, tpr_upper=empty, tpr_notes=[])
+
+
+def _accountant_class(method: str):
+    from pldlib.methods import accountant_class
+
+    return accountant_class(method)
 
 
 def _tune_allocator_once() -> None:

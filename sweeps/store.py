@@ -255,10 +255,17 @@ def _template(plan: Plan, attrs: dict, sharded: bool = False):
         ds.coords["fpr"].attrs["long_name"] = "false-positive rate of the membership test"
     from pldlib.mechanisms import mechanism_spec
 
-    spec = mechanism_spec(plan.config.mechanism)
-    ds.coords["sigma"].attrs["long_name"] = f"{spec.help} (the mechanism's {spec.noise})"
-    ds.coords["q"].attrs["long_name"] = "sampling rate"
-    ds.coords["steps"].attrs["long_name"] = "number of compositions"
+    if plan.config.mechanism == "bandmf":
+        ds.coords["sigma"].attrs["long_name"] = "noise multiplier of the banded matrix mechanism (unit column norm)"
+        ds.coords["q"].attrs["long_name"] = "expected batch fraction"
+        ds.coords["steps"].attrs["long_name"] = "training steps of the run"
+        ds.coords["sampling"].attrs["long_name"] = "batch selection"
+        ds.coords["method"].attrs["long_name"] = "method @ b<bands> (the strategy's bands; 1: DP-SGD)"
+    else:
+        spec = mechanism_spec(plan.config.mechanism)
+        ds.coords["sigma"].attrs["long_name"] = f"{spec.help} (the mechanism's {spec.noise})"
+        ds.coords["q"].attrs["long_name"] = "sampling rate"
+        ds.coords["steps"].attrs["long_name"] = "number of compositions"
     ds.attrs.update(attrs)
     return ds
 
