@@ -167,6 +167,13 @@ def _fs(path: str):
         raise StoreError(f"cannot open {path!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
 
 
+def _zarr_location(path: str) -> str:
+    """What zarr opens for ``path``: a ``file://`` URL as its local path.  zarr opens such a URL
+    through fsspec's local filesystem, which does not create a chunk's directories, so region
+    writes of the block layout failed there (object stores have no directories to create)."""
+    return path[len("file://"):] if isinstance(path, str) and path.startswith("file://") else path
+
+
 def store_exists(path: str) -> bool:
     fs, p = _fs(path)
     return fs.exists(p)
@@ -900,7 +907,7 @@ class ZarrFormat(StoreFormat):
     def _group(self, path: str, mode: str = "r"):
         import zarr
 
-        return zarr.open_group(path, mode=mode)
+        return zarr.open_group(_zarr_location(path), mode=mode)
 
     def read_attrs(self, path):
         try:
