@@ -69,6 +69,9 @@ class BandedStrategy:
             d = np.asarray(self.diagonals, dtype=float)
             if d.shape != (self.bands, len(norms)) or not np.all(np.isfinite(d)):
                 raise ValueError(f"diagonals: a finite ({self.bands}, {len(norms)}) array, got shape {d.shape}")
+            # (the upper ends read the column norms, the lower ends the diagonals: they must agree)
+            if not np.allclose(np.sqrt(np.sum(d * d, axis=0)), norms, rtol=1e-9, atol=0.0):
+                raise ValueError("diagonals: their column norms differ from column_norms (give one strategy)")
             object.__setattr__(self, "diagonals", d)
 
     @property

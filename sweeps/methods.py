@@ -323,8 +323,12 @@ def _bandmf_tables(params: dict, method: str, options: dict, steps: list, deltas
     shape = (len(steps), len(deltas))
     lo, up = np.full(shape, np.nan), np.full(shape, np.nan)
     notes = []
-    kw = {k: v for k, v in options.items() if k in _constructor_options(_accountant_class(method))
-          and v is not None}
+    from pldlib.methods import accountant_class
+
+    # (the accountants' constructor options, and the settings a sweep always uses: PRV unsharpened
+    # and SPA flagging edges, so that a cell never depends on timing; as :func:`accountant_for`)
+    kw = {k: v for k, v in options.items() if k in _constructor_options(accountant_class(method)) and v is not None}
+    kw.update(SWEEP_FIXED.get(method, {}))
     d = np.asarray(deltas, float)
     for i, k in enumerate(steps):
         try:
@@ -340,12 +344,6 @@ def _bandmf_tables(params: dict, method: str, options: dict, steps: list, deltas
     empty = np.zeros((len(steps), 0))
     return StepsTables(eps_lower=lo, eps_estimate=np.full(shape, np.nan), eps_upper=up, notes=notes,
                        tpr_lower=empty, tpr_upper=empty, tpr_notes=[])
-
-
-def _accountant_class(method: str):
-    from pldlib.methods import accountant_class
-
-    return accountant_class(method)
 
 
 def _tune_allocator_once() -> None:

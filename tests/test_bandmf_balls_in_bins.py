@@ -392,3 +392,26 @@ def test_calibration_under_balls_in_bins_and_b_min_sep():
     full, alone = b_min_sep_bandmf(3.0, st, 0.2, 4), b_min_sep_bandmf(3.0, st, 0.2, 4, upper_only=True)
     assert full.epsilon(1e-5).upper == alone.epsilon(1e-5).upper
     assert alone.delta(-0.3).lower == pytest.approx(-math.expm1(-0.3), rel=1e-12)  # (1 - e^eps: every pair)
+
+
+def test_strategy_diagonals_must_match_column_norms():
+    """The upper ends read column_norms, the lower ends the diagonals: a strategy whose two disagree
+    would mix two mechanisms, so it is refused."""
+    st = BandedStrategy.toeplitz([1.0, 0.5], 6)
+    with pytest.raises(ValueError, match="diagonals: their column norms differ"):
+        BandedStrategy(st.column_norms, 2, st.diagonals * 1.1)
+    assert BandedStrategy(st.column_norms, 2, st.diagonals).diagonals is not None
+
+
+def test_bandmf_sweep_cells_use_the_sweep_settings_of_their_method():
+    """A bandmf block builds its accountants with the sweep's fixed settings (PRV unsharpened, so a
+    cell never depends on timing): the cell equals bandmf_run with sharpen=False."""
+    from pldlib.correlated import bandmf_run
+    from sweeps.methods import run_block
+
+    spec = {"index": 0, "params": {"sigma": 2.0, "q": 0.1, "sampling": "cyclic_poisson", "relation": "add_remove",
+                                   "method": "prv@b2", "mechanism": "bandmf"},
+            "steps": [40], "deltas": [1e-5], "options": {"bands": 2, "variant_of": "prv"}}
+    r = run_block(spec)
+    want = bandmf_run(2.0, 40, 2, "cyclic_poisson", 0.1, method="prv", sharpen=False).epsilon(1e-5)
+    assert r["eps_upper"][0, 0] == want.upper and r["eps_lower"][0, 0] == want.lower
