@@ -112,6 +112,7 @@ from .. import _validate as V
 from .._validate import PrecisionLimitError
 from . import sharpen as S
 from .base import Accountant, Interval, branch_labels, components_of
+from .schedule import exact_epoch_components
 from ..pld import compose as _C
 from .pld import DEFAULT_MEMORY_BUDGET, DEFAULT_TIME_BUDGET
 from ..pld.compose import DEFAULT_MAX_BINS, Composition, GridTooLargeError, estimate_tilt, solve_tilt
@@ -709,8 +710,9 @@ class PRVAccountant(Accountant):
 
     def _build(self):
         t0 = time.perf_counter()
-        components = self.components
-        K = self.total_steps
+        # random allocation over 2 steps: the epoch's exact pairs (MATH 13.13) instead of the per-step ones
+        components = exact_epoch_components(self.components)
+        K = sum(k for _, k in components)
         self.h = mesh_for(self.eps_error, self.delta_error, K)
         self.tail = self.delta_error / (8.0 * K)
         per_comp = [m.branches() for m, _ in components]

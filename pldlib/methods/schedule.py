@@ -125,6 +125,18 @@ def epoch_components(components: list) -> list:
     (EpochStep, count / t) where the scheme offers per-epoch branches (several such components when
     the scheme bounds an epoch by a composition, :meth:`~pldlib.sampling.base.SamplingScheme.epoch_pieces`) (counts are whole epochs:
     checked before every build, :func:`pldlib.sampling.base.check_steps`); others unchanged."""
+    return _with_epochs(components, "epoch_pieces")
+
+
+def exact_epoch_components(components: list) -> list:
+    """As :func:`epoch_components`, replacing only the steps whose scheme has the epoch's exact
+    pairs (:meth:`~pldlib.sampling.base.SamplingScheme.exact_epoch_pieces`: random allocation over
+    t = 2 steps, docs/MATH.md 13.13); the others unchanged."""
+    return _with_epochs(components, "exact_epoch_pieces")
+
+
+def _with_epochs(components: list, method: str) -> list:
+    """The steps of per-epoch schemes replaced by the pieces the scheme's ``method`` gives (None: kept)."""
     from ..sampling.base import get_scheme, scheme_kw
 
     out = []
@@ -135,7 +147,7 @@ def epoch_components(components: list) -> list:
             kw = scheme_kw(ev)
             t = scheme.steps_multiple(ev.q, **kw)
             if t > 1 and k % t == 0:
-                pieces = scheme.epoch_pieces(ev.event, ev.q, s.relation, **kw)
+                pieces = getattr(scheme, method)(ev.event, ev.q, s.relation, **kw)
                 if pieces is not None:
                     out.extend((EpochStep(s, t, br), (k // t) * c) for br, c in pieces)
                     continue

@@ -37,6 +37,7 @@ __all__ = [
     "LatticeNoise",
     "MixtureProfile",
     "MaxProfile",
+    "SymmetricGaussianMixtureProfile",
     "poisson_remove",
     "poisson_add",
     "poisson_substitution",
@@ -745,6 +746,138 @@ def shift_mixture_remove(noise: GaussianNoise, weights, shifts=None) -> MixtureP
         return out.reshape(shape)
 
     return MixtureProfile(noise, wk, c, [1.0], [0.0], threshold, loss, (log_w0, np.inf))
+
+
+#: Gauss-Legendre nodes and weights on [0, 1] for :class:`SymmetricGaussianMixtureProfile`'s small
+#: central masses (an entire integrand over |t b| <= 4: 24 nodes are exact to double precision)
+_GL_X, _GL_W = (lambda x, w: ((x + 1) / 2, w / 2))(*np.polynomial.legendre.leggauss(24))
+
+
+class SymmetricGaussianMixtureProfile(PrivacyProfile):
+    """Pair P = (N(b, 1) + N(-b, 1)) / 2 against Q = N(0, 1) (remove direction; docs/MATH.md 13.13).
+
+    The loss L(z) = ln cosh(b z) - b^2 / 2 depends on |z| and increases with it, so
+    {L > eps} = {|z| > z_eps} with b z_eps = u + ln(1 + sqrt(1 - e^{-2u})), u = eps + b^2 / 2 >= 0
+    (every eps <= -b^2/2 has z_eps = 0):
+
+        Q(L > eps) = erfc(z / sqrt 2),     P(L > eps) = Phi(b - z) + Phi(-b - z),
+        P(L <= eps) = Phi(z - b) - Phi(-z - b)
+
+    the last by Gauss-Legendre quadrature of the Gaussian density over [-z, z] where z (b + 1) <= 4
+    (the difference would cancel there) and from ``log_ndtr`` otherwise, so both tails keep their
+    relative accuracy.  Random allocation of one record to one of t = 2 steps is exactly the
+    composition of this pair at b = 1 / (sqrt(2) sigma) with the Gaussian pair at noise sqrt(2) sigma
+    (MATH 13.13)."""
+
+    atomless = True
+
+    def __init__(self, b: float):
+        b = float(b)
+        if not (0.0 < b < math.inf):
+            raise ValueError(f"b: the mixture's shift must be positive and finite, got {b!r}")
+        if 0.5 * b * b > MAX_SINGLE_LOSS:
+            raise LossRangeError(f"single-step privacy loss reaches about b^2 / 2 = {0.5 * b * b:.3g}, beyond "
+                                 f"the supported {MAX_SINGLE_LOSS:g} (e^eps overflows); use more noise")
+        self.b = b
+        self.p_inf = 0.0
+        c = 134217729.0 * b  # (Dekker's split: b^2 = p + e exactly)
+        bh = c - (c - b)
+        bl = b - bh
+        p = b * b
+        e = ((bh * bh - p) + 2.0 * bh * bl) + bl * bl
+        self._half_b2 = (0.5 * p, 0.5 * e)
+
+    def _z(self, eps):
+        """z_eps >= 0 (0 where eps <= -b^2/2, +inf at eps = +inf)."""
+        return self._zw(eps)[0]
+
+    def _zw(self, eps):
+        """(z_eps, b - z_eps), both to a few ulp: u = eps + b^2/2 and b^2/2 - eps are formed without
+        rounding b^2 (Dekker's product, Knuth's two-sum), then b z = u + l and b (b - z) = (b^2/2 - eps)
+        - l with l = ln(1 + sqrt(1 - e^{-2u})) in [0, ln 2].  Near the bottom of the loss z ~ sqrt(2 u)
+        / b, so an absolute error in u would be a large relative one in z; near z = b the
+        difference b - z would cancel."""
+        eps = _as_array(eps)
+        h, lo = self._half_b2
+        with np.errstate(invalid="ignore"):
+            s1 = eps + h  # two-sum of eps and h
+            bb = s1 - eps
+            u = s1 + (((eps - (s1 - bb)) + (h - bb)) + lo)
+            s2 = h - eps  # two-sum of h and -eps
+            bb = s2 - h
+            a = s2 + (((h - (s2 - bb)) + (-eps - bb)) + lo)
+        with np.errstate(over="ignore", invalid="ignore"):
+            up = np.maximum(u, 0.0)
+            l = np.log1p(np.sqrt(-np.expm1(-2.0 * up)))
+            z = (up + l) / self.b
+            w = (a - l) / self.b
+        pos = u > 0
+        top = eps == np.inf
+        z = np.where(top, np.inf, np.where(pos, z, 0.0))
+        w = np.where(top, -np.inf, np.where(pos, w, self.b))
+        return z, w
+
+    def loss(self, z):
+        """L(z) = ln cosh(b z) - b^2 / 2."""
+        x = np.abs(_as_array(z)) * self.b
+        return x + np.log1p(np.exp(-2.0 * x)) - math.log(2.0) - 0.5 * self.b * self.b
+
+    def sf_q(self, eps):
+        return special.erfc(self._z(eps) / math.sqrt(2.0))
+
+    def cdf_q(self, eps):
+        return special.erf(self._z(eps) / math.sqrt(2.0))
+
+    def sf_p(self, eps):
+        z, w = self._zw(eps)
+        return special.ndtr(w) + special.ndtr(-self.b - z)
+
+    def cdf_p(self, eps):
+        z, w = self._zw(eps)
+        b = self.b
+        scalar = np.ndim(z) == 0
+        z, w = np.atleast_1d(z), np.atleast_1d(w)
+        out = np.empty_like(z)
+        with np.errstate(over="ignore"):
+            small = z * (b + 1.0) <= 4.0
+        if small.any():
+            # Phi(z - b) - Phi(-z - b) = phi(b) Integral_{-z}^{z} e^{t b - t^2/2} dt
+            #                        = 2 phi(b) z Integral_0^1 cosh(s z b) e^{-(s z)^2 / 2} ds
+            zs = z[small][:, None] * _GL_X[None, :]
+            integral = (np.cosh(zs * b) * np.exp(-0.5 * zs * zs)) @ _GL_W
+            with np.errstate(divide="ignore"):
+                out[small] = np.exp(np.log(2.0 * z[small] * integral) - 0.5 * b * b) / math.sqrt(2.0 * math.pi)
+        big = ~small
+        if big.any():
+            zb, wb = z[big], w[big]
+            la, lb = special.log_ndtr(-wb), special.log_ndtr(-zb - b)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                diff = np.exp(la) * -np.expm1(lb - la)
+                sf = special.ndtr(wb) + special.ndtr(-b - zb)
+            out[big] = np.where(sf < 0.5, 1.0 - sf, diff)
+        return out[0] if scalar else out
+
+    def loss_moments(self):
+        return None
+
+    def _floor(self) -> float:
+        """A double at or below the smallest loss -b^2/2 (rounded down)."""
+        h, lo = self._half_b2
+        return float(np.nextafter(-(h + lo), -np.inf))
+
+    def support_edges(self) -> tuple[float, float]:
+        return self._floor(), math.inf
+
+    def eps_bounds(self, tail: float) -> tuple[float, float]:
+        """Closed-form ends: P(L > hi) <= 2 Phi(b - z_hi) = tail at z_hi = b - Phi^-1(tail / 2);
+        P(L <= lo) <= min(Phi(z - b), 2 z phi(0)) = tail at the larger of z = b + Phi^-1(tail) and
+        z = tail sqrt(pi / 2); each end moved outward by 1e-12 relative for the rounding of L."""
+        b = self.b
+        z_hi = b - float(special.ndtri(0.5 * tail))
+        z_lo = max(b + float(special.ndtri(tail)), tail * math.sqrt(0.5 * math.pi))
+        lo, hi = float(self.loss(z_lo)), float(self.loss(z_hi))
+        pad = 1e-12 * (1.0 + 0.5 * b * b)
+        return max(lo - pad - 1e-12 * abs(lo), self._floor()), hi + pad + 1e-12 * abs(hi)
 
 
 class MaxProfile(PrivacyProfile):

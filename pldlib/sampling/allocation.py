@@ -18,6 +18,10 @@ Gaussian per epoch (:func:`allocation_epoch_upper`, MATH 13.5), and its ``delta`
 take the better of its own bounds and the unamplified closed forms on each side
 (:func:`with_unamplified`: upper = the smaller, lower = the larger).
 
+With t = 2 steps per epoch and Gaussian noise (add, remove, add_remove) the epoch's pair is known
+exactly: a Gaussian pair composed with a symmetric two-component mixture (:func:`two_step_epoch_pieces`,
+MATH 13.13); the PLD and PRV accountants compose it on both sides.
+
 The per-step pairs compose *exactly* to the per-epoch statements (Gaussian pairs compose by
 adding mu^2), which is why the per-step bounds are only valid at whole epochs.  The lattice
 pairs are per-epoch pairs: the PLD accountant composes them once per epoch
@@ -86,7 +90,9 @@ class RandomAllocation(SamplingScheme):
         return [Branch(f"{u.label}", u.upper, l.lower) for u, l in zip(up, lo)]
 
     def epoch_pieces(self, event, q, relation, selections: int = 1):
-        """k = 1: :meth:`epoch_branches` once per epoch.  k > 1 (docs/MATH.md 13.8): upper = the
+        """k = 1: t = 2 with Gaussian noise (add, remove, add_remove): the epoch's exact pair as two
+        pieces (:func:`two_step_epoch_pieces`, MATH 13.13); otherwise :meth:`epoch_branches` once
+        per epoch.  k > 1 (docs/MATH.md 13.8): upper = the
         composition of one amplified epoch pair per block (:func:`allocation_blocks`: sizes
         floor(t/k), ceil(t/k); a block of one step is the unsampled Gaussian), lower = the dominated
         pair of :func:`allocation_epoch_lower_pair` with k selections (else the epoch sum: Gaussian at
@@ -95,7 +101,8 @@ class RandomAllocation(SamplingScheme):
         does not fit."""
         k = int(selections)
         if k == 1:
-            return super().epoch_pieces(event, q, relation)
+            exact = two_step_epoch_pieces(event, q, relation)
+            return exact if exact is not None else super().epoch_pieces(event, q, relation)
         t = epoch_length(q, k)
         if relation == "substitution":
             return None
@@ -139,6 +146,10 @@ class RandomAllocation(SamplingScheme):
             out.append((piece(first, (null, null)), n1 - 1))
         out.extend((piece(up, (null, null)), c) for up, c in rest)
         return out
+
+    def exact_epoch_pieces(self, event, q, relation, selections: int = 1):
+        """t = 2 (one selection) with Gaussian noise: :func:`two_step_epoch_pieces`; else None."""
+        return two_step_epoch_pieces(event, q, relation) if int(selections) == 1 else None
 
     def epoch_branches(self, event, q, relation, selections: int = 1):
         """Per-epoch branches (one epoch = t steps) with the upper pairs of :func:`allocation_epoch_upper`
@@ -226,6 +237,52 @@ class Shuffle(RandomAllocation):
         rem = Branch("remove", up, lo_rem)
         add = Branch("add", up, lo_rem.reversed())
         return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
+
+
+    def exact_epoch_pieces(self, event, q, relation, **kw):
+        return None  # (the upper side is not the epoch's pair)
+
+    def epoch_pieces(self, event, q, relation, **kw):
+        """As :meth:`epoch_branches`, except at t = 2 with Gaussian noise (add, remove, add_remove):
+        the lower side is then random allocation's exact epoch pair (MATH 13.13, a lower bound for
+        shuffling by MATH 13.4), the upper side the unamplified Gaussian."""
+        exact = two_step_epoch_pieces(event, q, relation)
+        if exact is None:
+            return super().epoch_pieces(event, q, relation, **kw)
+        up = unsampled_branches(E.GaussianEvent(event.sigma, event.sensitivity), "add_remove")[0].upper
+        null = null_profile()
+        out = []
+        for (branches, count), upper in zip(exact, (up, null)):
+            out.append(([Branch(br.label, upper, br.lower) for br in branches], count))
+        return out
+
+
+def two_step_epoch_pieces(event, q, relation):
+    """Random allocation over t = 2 steps, Gaussian noise: the epoch's pair *exactly*, as two pieces
+    composed once per epoch (docs/MATH.md 13.13).  In the coordinates (y1 + y2, y1 - y2) / sqrt(2) the
+    remove pair (N(e1) + N(e2)) / 2 against N(0) (noise sigma, sensitivity 1) factorises into the
+    Gaussian pair at noise sqrt(2) sigma and the pair (N(b) + N(-b)) / 2 against N(0) at
+    b = 1 / (sqrt(2) sigma) in units of sigma (:class:`~pldlib.profiles.mixtures.SymmetricGaussianMixtureProfile`);
+    add is the reverse of both.  Upper and lower sides are the same pairs, so the PLD accountant's
+    interval is only its discretisation's.  None where this does not apply (t != 2, other noises,
+    substitution)."""
+    from ..profiles.base import GaussianProfile
+    from ..profiles.mixtures import SymmetricGaussianMixtureProfile
+
+    if relation == "substitution" or not isinstance(event, E.GaussianEvent):
+        return None
+    if round(1.0 / q) != 2 or abs(2.0 * q - 1.0) > 1e-9:
+        return None
+    s = float(event.sigma)
+    gauss = GaussianProfile(s * math.sqrt(2.0))
+    mix_rem = SymmetricGaussianMixtureProfile(1.0 / (math.sqrt(2.0) * s))
+    mix_add = mix_rem.reversed()
+
+    def piece(rem_prof, add_prof):
+        rem, add = Branch("remove", rem_prof, rem_prof), Branch("add", add_prof, add_prof)
+        return {"remove": [rem], "add": [add], "add_remove": [add, rem]}[relation]
+
+    return [(piece(gauss, gauss), 1), (piece(mix_rem, mix_add), 1)]
 
 
 register(RandomAllocation())

@@ -66,6 +66,12 @@ class SamplingScheme:
         br = self.epoch_branches(event, q, relation, **kw)
         return None if br is None else [(br, 1)]
 
+    def exact_epoch_pieces(self, event, q: float, relation: str, **kw) -> list[tuple[list[Branch], int]] | None:
+        """:meth:`epoch_pieces` where they are the epoch's pair *exactly* (upper and lower sides the
+        same analytic pairs), else None (the default).  Accountants that take only analytic
+        profiles (the PRV accountant) compose these instead of the per-step branches."""
+        return None
+
     def __repr__(self) -> str:
         return f"<sampling scheme {self.name!r}: {self.summary}>"
 
