@@ -10,6 +10,8 @@ import mpmath as mp
 import numpy as np
 import pytest
 
+import pldlib
+
 from pldlib import events as E
 from pldlib.methods.pld import SHARPEN_WIDTH, PLDAccountant
 
@@ -191,16 +193,29 @@ def test_prv_sharpening_follows_the_accuracy_asked():
 
 
 def test_prv_tradeoff_is_sharpened_too():
-    from pldlib.testing.robust_truths import np_power  # (the exact Neyman-Pearson power of one step)
+    # two steps (a single step reads its own curve, docs/MATH.md 0.8, and needs no sharpening); the
+    # reference is the PLD accountant's certified interval, 1000 times narrower
+    ev = E.Sampled(E.GaussianEvent(1.5), 0.08, "poisson")
 
     def acc(sharpen):
-        return PRVAccountant("remove", sharpen=sharpen).compose(E.Sampled(E.GaussianEvent(1.5), 0.08, "poisson"), 1)
+        return PRVAccountant("remove", sharpen=sharpen).compose(ev, 2)
 
     plain, sharp = acc(False).max_tpr(1e-3), acc(None).max_tpr(1e-3)
+    ref = pldlib.PLDAccountant("remove").compose(ev, 2).max_tpr(1e-3)
+    assert plain.lower <= sharp.lower <= ref.upper and ref.lower <= sharp.upper <= plain.upper
+    assert (plain.upper - plain.lower) / ref.lower > 0.01 > (sharp.upper - sharp.lower) / ref.lower
+
+
+def test_prv_and_spa_read_a_single_step_off_its_own_curve():
+    from pldlib.methods.spa import SPAAccountant
+    from pldlib.testing.robust_truths import np_power  # (the exact Neyman-Pearson power of one step)
+
+    ev = E.Sampled(E.GaussianEvent(1.5), 0.08, "poisson")
     t_lo, t_up = (float(v) for v in np_power(1.5, 0.08, 1e-3, "remove"))  # (an enclosure of the truth)
-    truth = t_lo
-    assert plain.lower <= sharp.lower <= t_up and t_lo <= sharp.upper <= plain.upper
-    assert (plain.upper - plain.lower) / truth > 0.01 > (sharp.upper - sharp.lower) / truth
+    for cls in (PRVAccountant, SPAAccountant):
+        iv = cls("remove").compose(ev, 1).max_tpr(1e-3)
+        assert iv.lower <= t_up and t_lo <= iv.upper
+        assert (iv.upper - iv.lower) / t_lo < 0.01
 
 
 def test_a_grid_limited_by_its_budgets_is_sharpened_by_the_central_limit_bounds():

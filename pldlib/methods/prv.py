@@ -111,6 +111,7 @@ import scipy.fft as sfft
 from .. import _validate as V
 from .._validate import PrecisionLimitError
 from . import sharpen as S
+from . import single_step as SS
 from .base import Accountant, Interval, branch_labels, components_of
 from .schedule import exact_epoch_components
 from ..pld import compose as _C
@@ -1026,6 +1027,9 @@ class PRVAccountant(Accountant):
                 )
             lo, up, est = np.maximum(lo, l), np.maximum(up, u), np.maximum(est, e)
         lo = np.minimum(lo, up)
+        one = SS.of_accountant(self)
+        if one is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
+            lo, up = SS.intersect(lo, up, *SS.epsilon_bounds(one, deltas))
         lo, up = self._sharpened("eps", deltas, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:
@@ -1036,10 +1040,15 @@ class PRVAccountant(Accountant):
         """Certified (lower, upper) of each branch's own delta(eps) (trade-off curves, docs/MATH.md
         10.5): the relation's power is the maximum of the branches' powers, each from its own curve."""
         out = []
+        one = SS.of_accountant(self)
         for br in self._branches:
             l, _e, u, _sh = self._branch_delta(br, eps)
             u = np.minimum(u, 1.0)
-            out.append((np.minimum(l, u), u))
+            l = np.minimum(l, u)
+            pair = SS.branch_of(one, br.label) if one is not None else None
+            if pair is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
+                l, u = SS.intersect(l, u, *SS.branch_delta_bounds(pair[0], pair[1], eps))
+            out.append((l, u))
         return out
 
     def delta(self, epsilon) -> Interval:
@@ -1056,6 +1065,9 @@ class PRVAccountant(Accountant):
             lo, up, est = np.maximum(lo, l), np.maximum(up, u), np.maximum(est, e)
         up = np.minimum(up, 1.0)
         lo = np.minimum(lo, up)
+        one = SS.of_accountant(self)
+        if one is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
+            lo, up = SS.intersect(lo, up, *SS.delta_bounds(one, eps))
         lo, up = self._sharpened("delta", eps, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:

@@ -103,6 +103,7 @@ from scipy import special
 from .. import _validate as V
 from .. import events as E
 from .._validate import PrecisionLimitError
+from . import single_step as SS
 from .base import Accountant, Interval, branch_labels, components_of
 from .cgf import ComposedCGF, log_gmax, mechanism_cgfs, mul_up
 
@@ -880,7 +881,20 @@ class SPAAccountant(Accountant):
                 up["lower"] = np.minimum(lo["lower"], up["upper"])
                 up["flags"] = (up["flags"] & ~FLAG_NO_LOWER) | (lo["flags"] & FLAG_NO_LOWER)
             res.append(up)
-        return self._combine(res, methods)
+        return self._with_own_curve(self._combine(res, methods), eps, "delta")
+
+    def _with_own_curve(self, out: dict, x: np.ndarray, kind: str) -> dict:
+        """``out``'s certified ends intersected with the step's own curve where the composition is one
+        step composed once (:mod:`pldlib.methods.single_step`, docs/MATH.md 0.8), where Berry-Esseen
+        for one summand certifies little; the estimates are unchanged."""
+        one = SS.of_accountant(self)
+        if one is None:
+            return out
+        l2, u2 = SS.delta_bounds(one, x) if kind == "delta" else SS.epsilon_bounds(one, x)
+        lo, up = SS.intersect(out["lower"], out["upper"], l2, u2)
+        out["flags"] = np.where(lo > out["lower"], out["flags"] & ~FLAG_NO_LOWER, out["flags"])
+        out["lower"], out["upper"] = lo, up
+        return out
 
     def _tradeoff_top(self) -> float:
         # the certified upper eps(1e-12) even where the estimate is flagged (only the grid of the
@@ -895,12 +909,17 @@ class SPAAccountant(Accountant):
         10.5): the Berry-Esseen / Chernoff / trivial bounds only, never an estimate (so no edge
         flag applies); the relation's power is the maximum of the branches' powers."""
         out = []
-        for _, sides in self._branches:
+        one = SS.of_accountant(self)
+        for label, sides in self._branches:
             up = self._delta_side(sides[1], eps, (), certify_lower=sides[1] is sides[2])
             lower = up["lower"]
             if sides[2] is not sides[1]:
                 lower = self._delta_side(sides[2], eps, (), certify_upper=False)["lower"]
-            out.append((np.minimum(lower, up["upper"]), up["upper"]))
+            l_, u = np.minimum(lower, up["upper"]), up["upper"]
+            pair = SS.branch_of(one, label) if one is not None else None
+            if pair is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
+                l_, u = SS.intersect(l_, u, *SS.branch_delta_bounds(pair[0], pair[1], eps))
+            out.append((l_, u))
         return out
 
     def delta(self, epsilon, return_flags: bool = False):
@@ -931,7 +950,8 @@ class SPAAccountant(Accountant):
     def epsilon_all(self, delta, methods=_METHODS) -> dict:
         """All of: 'lower', 'upper' (certified), 'msd0', 'msd1', 'clt' (estimates), 'flags', 't'."""
         deltas = V.delta_array("delta", delta)
-        return self._eps_generic(np.ones(1), np.zeros(deltas.size, dtype=np.int64), deltas, methods)
+        out = self._eps_generic(np.ones(1), np.zeros(deltas.size, dtype=np.int64), deltas, methods)
+        return self._with_own_curve(out, deltas, "eps")
 
     def epsilon(self, delta, return_flags: bool = False):
         """Interval(lower, upper, estimate=SP-MSD1) of eps(delta), vectorised over delta; lower/upper certified.

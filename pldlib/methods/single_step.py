@@ -1,0 +1,178 @@
+"""One step composed once: its curve read off the step's own pair (docs/MATH.md 0.8).
+
+A composition of a single step needs no composition machinery: delta(eps) of each branch is the
+hockey-stick of its pair, delta(eps) = P(L > eps) - e^eps Q(L > eps), from the profile's sf values.
+With the library's accuracy model of those values (:func:`~pldlib.profiles.base.value_error`) and
+the rounding of the product and the difference,
+
+    |computed - delta(eps)| <= err(sf_p) + e^eps err(sf_q) + 4 u (sf_p + e^eps sf_q),
+
+so ``computed +- that`` are certified bounds (the upper end from the branch's upper pair, the
+lower end from its lower pair; a max-profile upper pair is the larger of its two curves).  The
+lower end is also at least 1 - e^eps (every pair, MATH 0.3).  eps(delta) is bracketed by
+bisection that keeps a certificate at each end: an eps_u with upper(eps_u) <= delta (so
+eps(delta) <= eps_u) and an eps_l with lower(eps_l) > delta (so eps(delta) >= eps_l), whatever
+the computed curves' monotonicity.
+
+The PRV and saddle-point accountants intersect their own certified answers with these where the
+whole composition is one step (single releases, one-step trade-off curves), where their
+machinery is loosest (a mesh of one step, Berry-Esseen for one summand).  Guarantee: certified
+(both ends), to the accuracy of the profile's sf values.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..profiles.base import value_error
+
+_U = np.finfo(float).eps / 2
+#: bisection steps of eps(delta) (an interval of 64 halved 80 times: below 1e-22)
+ITERATIONS = 80
+
+
+def single_step_branches(components) -> list | None:
+    """[(label, upper profile, lower profile)] when ``components`` ([(step, count)]) is one step
+    composed once, else None."""
+    if len(components) != 1 or int(components[0][1]) != 1:
+        return None
+    try:
+        return [(b.label, b.upper, b.lower) for b in components[0][0].branches()]
+    except Exception:  # (a step without per-step pairs: nothing to read)
+        return None
+
+
+def _parts(profile) -> list:
+    from ..profiles.mixtures import MaxProfile
+
+    if isinstance(profile, MaxProfile):
+        return _parts(profile.a) + _parts(profile.b)
+    return [profile]
+
+
+def profile_delta_bounds(profile, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Certified (lower, upper) of ``profile``'s delta at ``eps`` (array), from its sf values (a
+    max-profile: the larger of its parts' bounds)."""
+    eps = np.asarray(eps, dtype=float)
+    lo = np.zeros(eps.shape)
+    up = np.zeros(eps.shape)
+    for p in _parts(profile):
+        sp = np.asarray(p.sf_p(eps), dtype=float)
+        sq = np.asarray(p.sf_q(eps), dtype=float)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            # e^eps times sf_q and its error, in log space where e^eps alone would overflow
+            esq = np.where(sq > 0, np.exp(eps + np.log(np.where(sq > 0, sq, 1.0))), 0.0)
+            eerr = np.exp(eps + np.log(value_error(sq)))
+            d = sp - esq
+            err = value_error(sp) + eerr + 4.0 * _U * (sp + esq)
+            u = np.minimum(d + err, 1.0)
+            l_ = np.maximum(d - err, 0.0)
+        u = np.where(np.isnan(u), 1.0, u)
+        l_ = np.where(np.isnan(l_), 0.0, l_)
+        up = np.maximum(up, u)
+        lo = np.maximum(lo, l_)
+    with np.errstate(over="ignore"):
+        floor = np.maximum(-np.expm1(np.minimum(eps, 0.0)) * (1.0 - 4.0 * _U), 0.0)
+    return np.maximum(lo, floor), up
+
+
+def branch_delta_bounds(upper, lower, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Certified (lower, upper) of one branch's delta(eps): the upper end from its upper pair, the
+    lower end from its lower pair (never above the upper end)."""
+    _, up = profile_delta_bounds(upper, eps)
+    lo = profile_delta_bounds(lower, eps)[0] if lower is not upper else profile_delta_bounds(upper, eps)[0]
+    return np.minimum(lo, up), up
+
+
+def delta_bounds(branches, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Certified (lower, upper) of the relation's delta(eps): the maximum over the branches."""
+    eps = np.asarray(eps, dtype=float)
+    lo = np.zeros(eps.shape)
+    up = np.zeros(eps.shape)
+    for _, u_prof, l_prof in branches:
+        l_, u = branch_delta_bounds(u_prof, l_prof, eps)
+        lo, up = np.maximum(lo, l_), np.maximum(up, u)
+    return lo, up
+
+
+def _upper_start(branches, deltas: np.ndarray) -> np.ndarray:
+    """An eps per delta where the certified upper end is at most delta (NaN where none was found):
+    the largest of the branches' loss ranges at tail delta / 4 (0 where a range is not finite),
+    pushed right while the bound is still above."""
+    hi = np.full(deltas.shape, -np.inf)
+    for _, u_prof, _l in branches:
+        for p in _parts(u_prof):
+            sup = float(p.loss_sup())
+            for j, d in enumerate(deltas):
+                try:
+                    e = float(p.eps_bounds(float(d) / 4.0)[1])
+                except (ArithmeticError, ValueError):
+                    e = math.nan
+                if math.isfinite(sup):
+                    e = sup if not math.isfinite(e) else min(e, sup)
+                hi[j] = max(hi[j], e if math.isfinite(e) else 0.0)
+    base = hi
+    found = np.full(deltas.shape, np.nan)
+    for step in (0.0, 0.5, 2.0, 8.0, 32.0, 128.0):
+        todo = np.isfinite(base) & np.isnan(found)
+        if not todo.any():
+            break
+        trial = np.where(todo, base + step, 0.0)
+        fits = todo & (delta_bounds(branches, trial)[1] <= deltas)
+        found = np.where(fits, trial, found)
+    return found
+
+
+def epsilon_bounds(branches, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Certified (lower, upper) of eps(delta) (docstring above); NaN where no certificate was found
+    (the caller keeps its own answer there)."""
+    deltas = np.asarray(deltas, dtype=float)
+    hi = _upper_start(branches, deltas)
+    ok = np.isfinite(hi)
+    with np.errstate(divide="ignore"):
+        a0 = np.log1p(-deltas)  # 1 - e^a0 = delta: a little left of it the floor exceeds delta
+    a0 = a0 - 1e-9 * np.maximum(np.abs(a0), 1.0) - 1e-12
+    a0 = np.where(np.isfinite(a0), a0, -745.0)
+    lo_ok = ok & (delta_bounds(branches, np.where(ok, a0, 0.0))[0] > deltas)
+    # upper end: keep b with upper(b) <= delta; lower end: keep a with lower(a) > delta
+    ua, ub = a0.copy(), np.where(ok, hi, 0.0)
+    la, lb = a0.copy(), np.where(ok, hi, 0.0)
+    for _ in range(ITERATIONS):
+        um = 0.5 * (ua + ub)
+        lm = 0.5 * (la + lb)
+        lo_m, _ = delta_bounds(branches, lm)
+        _, up_m = delta_bounds(branches, um)
+        good_u = up_m <= deltas
+        ub, ua = np.where(good_u, um, ub), np.where(good_u, ua, um)
+        good_l = lo_m > deltas
+        la, lb = np.where(good_l, lm, la), np.where(good_l, lb, lm)
+    upper = np.where(ok, ub, np.nan)
+    lower = np.where(lo_ok, la, np.where(ok, -np.inf, np.nan))
+    return lower, upper
+
+
+def of_accountant(acc) -> list | None:
+    """:func:`single_step_branches` of an accountant's composition (cached on it while its steps
+    are unchanged)."""
+    key = tuple((id(s), int(k)) for s, k in acc.components)
+    hit = acc.__dict__.get("_single_step")
+    if hit is None or hit[0] != key:
+        hit = (key, single_step_branches(acc.components))
+        acc.__dict__["_single_step"] = hit
+    return hit[1]
+
+
+def branch_of(branches, label: str):
+    """The (upper, lower) profiles of the branch ``label`` (None if absent)."""
+    return next(((u, l_) for lab, u, l_ in branches if lab == label), None)
+
+
+def intersect(lo, up, l2, u2):
+    """(lower, upper) of two certified intervals of the same quantities: the larger lower end and
+    the smaller upper end, NaN ends ignored; where they would cross (round-off) the first is kept."""
+    lo, up = np.asarray(lo, dtype=float), np.asarray(up, dtype=float)
+    nl = np.maximum(lo, np.nan_to_num(np.asarray(l2, dtype=float), nan=-np.inf))
+    nu = np.minimum(up, np.nan_to_num(np.asarray(u2, dtype=float), nan=np.inf))
+    ok = nl <= nu
+    return np.where(ok, nl, lo), np.where(ok, nu, up)

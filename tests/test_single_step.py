@@ -1,0 +1,100 @@
+"""One step composed once: the PRV and saddle-point accountants read its own curve (docs/MATH.md 0.8).
+
+Truths: the mpmath closed forms of robust_truths (one Poisson-subsampled Gaussian step, randomized
+response, the Neyman-Pearson power), independent of the profiles' double-precision code.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import pldlib
+from pldlib import events as E
+from pldlib.methods import single_step as SS
+from pldlib.methods.prv import PRVAccountant
+from pldlib.methods.spa import SPAAccountant
+from pldlib.testing import robust_truths as T
+
+
+def _branches(event, relation, count=1):
+    return SS.single_step_branches(pldlib.PLDAccountant(relation).compose(event, count).components)
+
+
+@pytest.mark.parametrize("relation", ["add", "remove", "add_remove"])
+@pytest.mark.parametrize("sigma,q", [(0.5, 0.01), (1.0, 0.2), (3.0, 0.9)])
+def test_delta_bounds_hold_the_closed_form(sigma, q, relation):
+    br = _branches(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), relation)
+    eps = np.array([-0.5, 0.0, 0.3, 1.0, 2.5, 6.0])
+    lo, up = SS.delta_bounds(br, eps)
+    for e, l_, u in zip(eps, lo, up):
+        d = [float(v) for v in T.poisson_gauss_delta1(sigma, q, e, relation)]
+        assert l_ <= d[1] * (1 + 1e-15) and u >= d[0] * (1 - 1e-15)
+        if d[0] > 1e-200:
+            assert u - l_ <= 1e-9 * d[0] + 1e-300
+
+
+@pytest.mark.parametrize("delta", [0.3, 1e-3, 1e-8, 1e-14])
+def test_epsilon_bounds_bracket_the_truth(delta):
+    sigma, q = 0.8, 0.1
+    br = _branches(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), "add_remove")
+    lo, up = SS.epsilon_bounds(br, np.array([delta]))
+    d_at_lo = float(T.poisson_gauss_delta1(sigma, q, lo[0], "add_remove")[0])
+    d_at_up = float(T.poisson_gauss_delta1(sigma, q, up[0], "add_remove")[1])
+    assert d_at_lo >= delta >= d_at_up
+    assert up[0] - lo[0] <= 1e-9 * max(abs(up[0]), 1.0)
+
+
+def test_randomized_response_exact():
+    br = _branches(E.RandomizedResponseEvent(1.3), "add_remove")
+    eps = np.array([0.0, 0.5, 1.2])
+    lo, up = SS.delta_bounds(br, eps)
+    for e, l_, u in zip(eps, lo, up):
+        d = float(T.rr_delta(1.3, 1, e)[0])
+        assert l_ <= d <= u and u - l_ <= 1e-14
+
+
+def test_only_for_one_step_composed_once():
+    ev = E.Sampled(E.GaussianEvent(1.0), 0.1, "poisson")
+    assert _branches(ev, "remove", 2) is None
+    acc = PRVAccountant("remove").compose(ev, 1).compose(E.GaussianEvent(3.0), 1)
+    assert SS.of_accountant(acc) is None
+    assert SS.of_accountant(PRVAccountant("remove").compose(ev, 1)) is not None
+
+
+@pytest.mark.parametrize("cls", [PRVAccountant, SPAAccountant])
+@pytest.mark.parametrize("relation", ["remove", "add_remove"])
+def test_accountants_answer_single_steps_to_float_accuracy(cls, relation):
+    sigma, q = 0.9, 0.05
+    acc = cls(relation).compose(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), 1)
+    d = acc.delta(1.0)
+    t = [float(v) for v in T.poisson_gauss_delta1(sigma, q, 1.0, relation)]
+    assert d.lower <= t[1] and d.upper >= t[0] and d.upper - d.lower <= 1e-9 * t[0]
+    e = acc.epsilon(1e-6)
+    assert float(T.poisson_gauss_delta1(sigma, q, e.lower, relation)[0]) >= 1e-6
+    assert float(T.poisson_gauss_delta1(sigma, q, e.upper, relation)[1]) <= 1e-6
+    assert e.upper - e.lower <= 1e-9 * e.upper
+
+
+@pytest.mark.parametrize("cls", [PRVAccountant, SPAAccountant])
+@pytest.mark.parametrize("relation", ["add", "remove", "add_remove", "substitution"])
+def test_single_step_power_within_one_percent(cls, relation):
+    sigma, q, alpha = 1.2, 0.2, 0.01
+    iv = cls(relation).compose(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), 1).max_tpr(alpha)
+    t_lo, t_up = (float(v) for v in T.np_power(sigma, q, alpha, relation))
+    assert iv.lower <= t_up * (1 + 1e-12) and iv.upper >= t_lo * (1 - 1e-12)
+    assert iv.upper - iv.lower <= 0.01 * t_lo
+
+
+def test_max_profile_upper_is_the_larger_curve():
+    """WOR substitution's upper pair is the larger of two curves: the bounds hold the PLD
+    accountant's certified interval of the same step."""
+    ev = E.Sampled(E.GaussianEvent(1.2), 0.3, "wor")
+    br = _branches(ev, "substitution")
+    eps = np.array([0.0, 1.0, 3.0])
+    lo, up = SS.delta_bounds(br, eps)
+    ref = pldlib.PLDAccountant("substitution").compose(ev, 1).delta(eps)
+    assert np.all(lo <= ref.upper * (1 + 1e-9)) and np.all(up >= ref.lower * (1 - 1e-9))
+    assert np.all(up <= ref.upper * (1 + 1e-9))
+    assert math.isfinite(float(up[0]))
