@@ -51,7 +51,7 @@ def _parts(profile) -> list:
     return [profile]
 
 
-def profile_delta_bounds(profile, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _profile_delta_bounds(profile, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Certified (lower, upper) of ``profile``'s delta at ``eps`` (array), from its sf values (a
     max-profile: the larger of its parts' bounds)."""
     eps = np.asarray(eps, dtype=float)
@@ -77,21 +77,21 @@ def profile_delta_bounds(profile, eps: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.maximum(lo, floor), up
 
 
-def branch_delta_bounds(upper, lower, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _branch_delta_bounds(upper, lower, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Certified (lower, upper) of one branch's delta(eps): the upper end from its upper pair, the
     lower end from its lower pair (never above the upper end)."""
-    _, up = profile_delta_bounds(upper, eps)
-    lo = profile_delta_bounds(lower, eps)[0] if lower is not upper else profile_delta_bounds(upper, eps)[0]
+    _, up = _profile_delta_bounds(upper, eps)
+    lo = _profile_delta_bounds(lower, eps)[0] if lower is not upper else _profile_delta_bounds(upper, eps)[0]
     return np.minimum(lo, up), up
 
 
-def delta_bounds(branches, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _delta_bounds(branches, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Certified (lower, upper) of the relation's delta(eps): the maximum over the branches."""
     eps = np.asarray(eps, dtype=float)
     lo = np.zeros(eps.shape)
     up = np.zeros(eps.shape)
     for _, u_prof, l_prof in branches:
-        l_, u = branch_delta_bounds(u_prof, l_prof, eps)
+        l_, u = _branch_delta_bounds(u_prof, l_prof, eps)
         lo, up = np.maximum(lo, l_), np.maximum(up, u)
     return lo, up
 
@@ -119,12 +119,12 @@ def _upper_start(branches, deltas: np.ndarray) -> np.ndarray:
         if not todo.any():
             break
         trial = np.where(todo, base + step, 0.0)
-        fits = todo & (delta_bounds(branches, trial)[1] <= deltas)
+        fits = todo & (_delta_bounds(branches, trial)[1] <= deltas)
         found = np.where(fits, trial, found)
     return found
 
 
-def epsilon_bounds(branches, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _epsilon_bounds(branches, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Certified (lower, upper) of eps(delta) (docstring above); NaN where no certificate was found
     (the caller keeps its own answer there)."""
     deltas = np.asarray(deltas, dtype=float)
@@ -134,15 +134,15 @@ def epsilon_bounds(branches, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray
         a0 = np.log1p(-deltas)  # 1 - e^a0 = delta: a little left of it the floor exceeds delta
     a0 = a0 - 1e-9 * np.maximum(np.abs(a0), 1.0) - 1e-12
     a0 = np.where(np.isfinite(a0), a0, -745.0)
-    lo_ok = ok & (delta_bounds(branches, np.where(ok, a0, 0.0))[0] > deltas)
+    lo_ok = ok & (_delta_bounds(branches, np.where(ok, a0, 0.0))[0] > deltas)
     # upper end: keep b with upper(b) <= delta; lower end: keep a with lower(a) > delta
     ua, ub = a0.copy(), np.where(ok, hi, 0.0)
     la, lb = a0.copy(), np.where(ok, hi, 0.0)
     for _ in range(ITERATIONS):
         um = 0.5 * (ua + ub)
         lm = 0.5 * (la + lb)
-        lo_m, _ = delta_bounds(branches, lm)
-        _, up_m = delta_bounds(branches, um)
+        lo_m, _ = _delta_bounds(branches, lm)
+        _, up_m = _delta_bounds(branches, um)
         good_u = up_m <= deltas
         ub, ua = np.where(good_u, um, ub), np.where(good_u, ua, um)
         good_l = lo_m > deltas
@@ -176,3 +176,40 @@ def intersect(lo, up, l2, u2):
     nu = np.minimum(up, np.nan_to_num(np.asarray(u2, dtype=float), nan=np.inf))
     ok = nl <= nu
     return np.where(ok, nl, lo), np.where(ok, nu, up)
+
+
+#: what reading a curve may raise (a profile beyond floating point, a search that cannot bracket):
+#: the answer is then NaN, which :func:`intersect` ignores
+_SKIP = (ArithmeticError, ValueError, NotImplementedError, MemoryError)
+
+
+def _guarded(fn, shape, *args):
+    try:
+        return fn(*args)
+    except _SKIP:
+        nan = np.full(shape, np.nan)
+        return nan, nan.copy()
+
+
+def profile_delta_bounds(profile, eps):
+    """Certified (lower, upper) of ``profile``'s delta at ``eps`` (array), from its sf values (a
+    max-profile: the larger of its parts' bounds); NaN where the values cannot be read."""
+    return _guarded(_profile_delta_bounds, np.shape(eps), profile, eps)
+
+
+def branch_delta_bounds(upper, lower, eps):
+    """Certified (lower, upper) of one branch's delta(eps): the upper end from its upper pair, the
+    lower end from its lower pair (never above the upper end); NaN where they cannot be read."""
+    return _guarded(_branch_delta_bounds, np.shape(eps), upper, lower, eps)
+
+
+def delta_bounds(branches, eps):
+    """Certified (lower, upper) of the relation's delta(eps): the maximum over the branches; NaN
+    where the curves cannot be read."""
+    return _guarded(_delta_bounds, np.shape(eps), branches, eps)
+
+
+def epsilon_bounds(branches, deltas):
+    """Certified (lower, upper) of eps(delta) (module docstring); NaN where no certificate was
+    found (the caller keeps its own answer there)."""
+    return _guarded(_epsilon_bounds, np.shape(deltas), branches, deltas)
