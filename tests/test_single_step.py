@@ -98,3 +98,46 @@ def test_max_profile_upper_is_the_larger_curve():
     assert np.all(lo <= ref.upper * (1 + 1e-9)) and np.all(up >= ref.lower * (1 - 1e-9))
     assert np.all(up <= ref.upper * (1 + 1e-9))
     assert math.isfinite(float(up[0]))
+
+
+def _random_event(rng):
+    kind = rng.integers(0, 6)
+    if kind == 0:
+        return E.Sampled(E.GaussianEvent(float(np.exp(rng.uniform(np.log(0.3), np.log(20))))),
+                         float(np.exp(rng.uniform(np.log(1e-4), 0.0))), str(rng.choice(["poisson", "wor"])))
+    if kind == 1:
+        return E.Sampled(E.LaplaceEvent(float(np.exp(rng.uniform(np.log(0.3), np.log(10))))),
+                         float(np.exp(rng.uniform(np.log(1e-3), 0.0))), "poisson")
+    if kind == 2:
+        return E.LaplaceEvent(float(np.exp(rng.uniform(np.log(0.2), np.log(10)))))
+    if kind == 3:
+        return E.RandomizedResponseEvent(float(rng.uniform(0.01, 5.0)))
+    if kind == 4:
+        return E.ApproxDPEvent(float(rng.uniform(0.0, 2.0)), float(np.exp(rng.uniform(np.log(1e-9), np.log(1e-2)))))
+    return E.DiscreteLaplaceEvent(float(np.exp(rng.uniform(np.log(0.3), np.log(10)))))
+
+
+def test_random_single_steps_meet_the_pld_interval():
+    """Both are certified intervals of the same number, so they must meet: 60 seeded random single
+    steps (every noise, sampling and relation) at 5 eps each, and eps at 3 deltas."""
+    rng = np.random.default_rng(7)
+    eps = np.array([-0.3, 0.05, 0.5, 2.0, 6.0])
+    deltas = np.array([0.1, 1e-5, 1e-10])
+    n = 0
+    while n < 60:
+        ev = _random_event(rng)
+        rel = str(rng.choice(["add", "remove", "add_remove", "substitution"]))
+        try:
+            acc = pldlib.PLDAccountant(rel).compose(ev, 1)
+            ref = acc.delta(eps)
+            ref_e = acc.epsilon(deltas)
+        except (NotImplementedError, pldlib.PrecisionLimitError, ValueError):
+            continue  # (an event / relation the PLD accountant does not take, or beyond float)
+        n += 1
+        br = SS.single_step_branches(acc.components)
+        lo, up = SS.delta_bounds(br, eps)
+        tol = 1e-9 * np.maximum(ref.upper, 1e-300)
+        assert np.all(lo <= ref.upper + tol) and np.all(up >= ref.lower - tol), (ev, rel)
+        el, eu = SS.epsilon_bounds(br, deltas)
+        ok = np.isfinite(eu)
+        assert np.all(el[ok] <= ref_e.upper[ok] + 1e-9) and np.all(eu[ok] >= ref_e.lower[ok] - 1e-9), (ev, rel)
