@@ -189,3 +189,22 @@ def test_upper_bound_below_double_range_is_not_claimed_zero():
     assert r.upper > 0 and r.lower <= 5e-324
     edge = float(mpmath.nstr(k * E0, 30)) * (1 + 1e-12)  # beyond the support: exactly 0
     assert acc.delta(edge).upper == 0.0
+
+
+def test_refinement_stops_within_its_time_and_the_bounds_stay_certified():
+    """The CGF grid's refinement is cut where its next level would end after ``refine_seconds``:
+    what it did not check is marked unresolved, and the certified ends (nodes only) still meet the
+    PLD accountant's interval."""
+    from pldlib.methods.spa import SPAAccountant
+
+    ev = E.Sampled(E.GaussianEvent(0.4), 0.05, "poisson")
+    full = SPAAccountant("remove", on_edge="flag").compose(ev, 50)
+    cut = SPAAccountant("remove", on_edge="flag").compose(ev, 50)
+    cut.refine_seconds = 0.0
+    full._ensure_built()
+    cut._ensure_built()
+    assert cut.tgrid.size < full.tgrid.size and cut.unresolved.all()
+    ref = pldlib.PLDAccountant("remove").compose(ev, 50).delta([0.5, 2.0, 5.0])
+    for acc in (full, cut):
+        iv = acc.delta([0.5, 2.0, 5.0])
+        assert (iv.lower <= ref.upper * (1 + 1e-9)).all() and (iv.upper >= ref.lower * (1 - 1e-9)).all()

@@ -74,7 +74,9 @@ ends) and the fourth cumulant cubic Hermite.  The grid is refined where an
 a-posteriori check at interval midpoints finds an interpolant off by more than
 a relative 1e-10 (K), 1e-8 (K'), 1e-5 (K''; third and fourth cumulants relative
 to K''^(3/2), K''^2): sharp transitions of the tilted law (small sigma, small q)
-get many nodes.  Composition scales or sums these
+get many nodes, within 1500 nodes and 5 s of the build (what is left unchecked
+is marked: an estimate there is flagged, the certified bounds use nodes only).
+Composition scales or sums these
 tables, so a grid of (steps, delta) cells costs microseconds per cell after
 the one-off CGF work (:meth:`SPAAccountant.epsilon_grid`).
 
@@ -350,6 +352,9 @@ class SPAAccountant(Accountant):
         self.n_iter = 14     # Illinois iterations for the certified eps
         self.max_refine = 6   # levels of grid refinement where the interpolants are not accurate
         self.max_nodes = 1500  # node budget for the refinement
+        #: the refinement stops (marking what it has not checked) where its next level would end
+        #: after this many seconds of the build, so that a call stays within the library's 10 s
+        self.refine_seconds = 5.0
         self.t_range = (t_lo, t_hi)
         self.nodes_per_decade = nodes_per_decade
 
@@ -435,7 +440,9 @@ class SPAAccountant(Accountant):
                 cgfs[id(up)] = up
                 cgfs[id(lo)] = lo
         tg = self.tgrid
+        t_cum = time.perf_counter()
         cums = {key: c.cumulants(tg) for key, c in cgfs.items()}
+        per_node = (time.perf_counter() - t_cum) / tg.size  # (seconds per node, every CGF)
         # a-posteriori check of the Hermite interpolants at every interval's midpoint; where one
         # is off by more than the tolerance the midpoint joins the grid and both halves are checked
         check = np.ones(tg.size - 1, dtype=bool)
@@ -444,8 +451,15 @@ class SPAAccountant(Accountant):
             idx = np.nonzero(check)[0]
             if idx.size == 0:
                 break
+            if time.perf_counter() - t0 + idx.size * per_node > self.refine_seconds:
+                # out of time: the intervals still to check are marked unresolved (an estimate whose
+                # saddle point falls in one is flagged; the certified bounds use nodes only)
+                unresolved[idx] = True
+                break
             mids = np.sqrt(tg[idx] * tg[idx + 1])
+            t_cum = time.perf_counter()
             new_c = {key: cgfs[key].cumulants(mids) for key in cgfs}
+            per_node = max(per_node, (time.perf_counter() - t_cum) / idx.size)
             last = level == self.max_refine or tg.size + idx.size > self.max_nodes
             bad = np.zeros(idx.size, dtype=bool)
             for key in cgfs:
