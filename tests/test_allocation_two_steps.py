@@ -169,3 +169,14 @@ def test_many_epochs_tighter_than_before_and_consistent():
     lo = pldlib.PLDAccountant("add_remove").compose(E.GaussianEvent(sigma * math.sqrt(2)), 100).epsilon(delta)
     assert lo.lower <= iv.lower <= iv.upper <= up.upper
     assert iv.upper - iv.lower <= 0.01 * iv.upper
+
+
+@pytest.mark.parametrize("sigma,relation,eps", [(0.78, "add", 7.05), (3.5, "remove", 2.56)])
+def test_tiny_deltas_are_sharpened(sigma, relation, eps):
+    """Deltas of 1e-13 and 1e-31: the exact pairs are sharpened on finer grids like any analytic
+    pair (the lattice bounds of larger t are not), to well under 1% of the quadrature's value."""
+    iv = pldlib.PLDAccountant(relation).compose(_alloc(sigma), 2).delta(eps)
+    lo_t, hi_t = (float(v) for v in T.allocation_delta(sigma, 2, eps, relation))
+    assert lo_t < 1e-12
+    assert iv.lower <= hi_t * (1 + 1e-12) and iv.upper >= lo_t * (1 - 1e-12)
+    assert iv.upper - iv.lower <= 0.005 * lo_t

@@ -260,6 +260,17 @@ def _per_epoch(step) -> bool:
     return get_scheme(ev.sampling).steps_multiple(ev.q, **scheme_kw(ev)) > 1
 
 
+def _lattice_epoch(step) -> bool:
+    """Whether ``step`` is an epoch bounded by lattice pairs (random allocation's 13.2 / 13.3 pairs,
+    shuffling), rather than by its exact pairs (:meth:`~pldlib.sampling.base.SamplingScheme.exact_epoch_pieces`)."""
+    if not isinstance(step, EpochStep):
+        return False
+    from ..sampling.base import get_scheme, scheme_kw
+
+    ev = step.event
+    return get_scheme(ev.sampling).exact_epoch_pieces(ev.event, ev.q, step.relation, **scheme_kw(ev)) is None
+
+
 class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
     """Certified PLD accounting (docs/MATH.md sections 3-5): events in, intervals out.
 
@@ -847,10 +858,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         central-limit regime, where the Berry-Esseen bounds are tight).
 
         Only automatic grids are sharpened (an explicit spacing is the user's accuracy), never
-        random allocation (its width is the gap between its proven bounds) or an upper-only
-        accountant; an accuracy-limited one (its budgets spent) gets the analytic bounds only."""
+        random allocation's lattice bounds (their width is the gap between proven bounds; its exact
+        two-step pairs, MATH 13.13, are sharpened) or an upper-only accountant; an accuracy-limited
+        one (its budgets spent) gets the analytic bounds only."""
         if (self.upper_only or not self._auto_grid() or not self._branches
-                or any(isinstance(m, EpochStep) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
+                or any(_lattice_epoch(m) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
             return lo, up
 
         def finer(f, xs):
