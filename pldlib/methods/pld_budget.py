@@ -173,8 +173,9 @@ class BudgetPolicy:
                 self._coarsen(_coarsen_factor(e))
         # no grid fits the budget at any spacing (e.g. 10^8 steps of a two-atom pair: the
         # composed support alone exceeds it): the trivial certified interval, flagged
-        warnings.warn("pldlib: no grid within the memory and time budgets resolves this composition; answering with "
-                      "the trivial certified interval", AccuracyLimitedWarning, stacklevel=4)
+        warnings.warn("pldlib: no grid within the memory and time budgets resolves this composition; the grid gives "
+                      "only the trivial certified interval (closed forms and analytic bounds may narrow it)",
+                      AccuracyLimitedWarning, stacklevel=4)
         self.accuracy_limited = True
         x = np.asarray(args[0], dtype=float)
         if fn == self._epsilon:
