@@ -204,9 +204,16 @@ def embedded_client(embedded_cluster):
 #: killed and restarted): under ``pytest -n`` (make test) they run one after another on one
 #: worker, so two of them never compete for the cores and their timeouts keep their margins
 _CLUSTER_MODULES = {"test_sweeps_cluster_external", "test_sweeps_kill", "test_sweeps_cluster_guards"}
+#: modules whose module-scoped fixtures are dear (real drivers racing, reference stores): each runs
+#: on one worker, so that its fixtures are built once, not once per worker
+_ONE_WORKER_MODULES = {"test_sweeps_race", "test_sweeps_sharded"}
 
 
+@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook, which reads the groups into the test ids)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module.__name__.rpartition(".")[2] in _CLUSTER_MODULES:
+        name = item.module.__name__.rpartition(".")[2]
+        if name in _CLUSTER_MODULES:
             item.add_marker(pytest.mark.xdist_group("subprocess_clusters"))
+        elif name in _ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(name))
