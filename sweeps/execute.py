@@ -304,12 +304,24 @@ def run_sweep(config: SweepConfig | str | os.PathLike, *, store: str | None = No
     sharded store (default: the config's ``task_seconds``, else :data:`sweeps.cost.DEFAULT_TASK_SECONDS`).
     """
     with _sigterm_as_interrupt():
-        return _run_sweep(config, store=store, client=client, scheduler=scheduler, workers=workers,
-                          restart=restart, retries=retries, progress=progress, stream=stream,
-                          on_result=on_result, max_cells=max_cells, worker_timeout=worker_timeout,
-                          allow_mismatch=allow_mismatch, takeover=takeover, lease_interval=lease_interval,
-                          lease_stale_after=lease_stale_after, max_inflight=max_inflight,
-                          task_seconds=task_seconds)
+        for attempt in (1, 2):
+            try:
+                return _run_sweep(config, store=store, client=client, scheduler=scheduler, workers=workers,
+                                  restart=restart, retries=retries, progress=progress, stream=stream,
+                                  on_result=on_result, max_cells=max_cells, worker_timeout=worker_timeout,
+                                  allow_mismatch=allow_mismatch, takeover=takeover, lease_interval=lease_interval,
+                                  lease_stale_after=lease_stale_after, max_inflight=max_inflight,
+                                  task_seconds=task_seconds)
+            except _ClaimedMeanwhile as e:
+                # another driver claimed the new store between our look and our claim: look again
+                # (its creation marker, or its lease once the store is made, says who has it; a
+                # finished store is resumed: nothing to do)
+                if attempt == 2:
+                    raise StoreError(str(e)) from None
+
+
+class _ClaimedMeanwhile(Exception):
+    """Another driver claimed a new store between this driver's look and its claim."""
 
 
 def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, progress, stream,
@@ -367,10 +379,8 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
             # exactly one claims it (and its lease); the others see the claim and refuse
             claim = claim_new(path, lease, holder=claimed)
             if claim is None:  # another driver claimed it between our look and our claim
-                again = check_store(path, plan, restart=restart)  # raises with what is there now
-                raise StoreError(f"{path!r} was claimed by another driver at the same moment"
-                                 + ("; it is a sweeps store now: run again to resume it" if again == "resume"
-                                    else "; run again"))
+                check_store(path, plan, restart=restart)  # raises with what is there now, if it can
+                raise _ClaimedMeanwhile(f"{path!r} was claimed by another driver at the same moment; run again")
         else:  # the store exists: take it before connecting (a second driver refuses at once)
             lease.acquire(takeover=takeover, say=say)  # and before any change
         if own_client:  # connect first: a bad --scheduler leaves no trace in the store
