@@ -246,6 +246,57 @@ def account_bandmf(noise_multiplier: float, strategy: BandedStrategy, q: float |
     return BandMFAccounting(tuple(accs))
 
 
+def _smallest_meeting(upper, epsilon: float, lo: float, hi: float, tol: float, f_hi: float) -> float:
+    """The smallest sigma in [lo, hi] (within the relative ``tol``) with ``upper(sigma) <= epsilon``,
+    where ``upper`` falls as sigma grows and ``f_hi = upper(hi)`` meets the target.
+
+    A bracket [fails, meets] shrinks by log-log regula falsi (eps falls about as a power of
+    sigma), Illinois-weighted when one end is kept twice, each point at least the tolerance
+    inside the bracket (so that a point beyond the root closes it).  While the failing end has
+    no finite value (too little noise to certify), the line through the last two meeting points
+    is extended instead, or the bracket is bisected geometrically.  The answer is always a sigma
+    whose ``upper`` was checked to meet the target; ``lo`` is returned only when it meets the
+    target itself.  Far fewer evaluations than bisection where they are dear (small sigma), e.g.
+    6-8 instead of 15 from (0.01, 1000) at tol 1e-3."""
+    f_lo = upper(lo)
+    if f_lo <= epsilon:
+        return lo
+    target = math.log(epsilon)
+    w_lo = w_hi = 1.0  # (Illinois weights of the ends' residuals)
+    kept = ""  # the end kept by the last step
+    step = (1.0 + tol) * (1.0 - 1e-9)
+    prev = None  # (the meeting point before hi, and its value)
+
+    def through(x0, f0, x1, f1, w0=1.0, w1=1.0):  # (where the log-log line through two points meets the target)
+        r0, r1 = w0 * (math.log(f0) - target), w1 * (math.log(f1) - target)
+        if r0 == r1:
+            return math.nan
+        ln = math.log(x0) + (math.log(x1) - math.log(x0)) * r0 / (r0 - r1)
+        return math.exp(min(max(ln, math.log(lo)), math.log(hi)))  # (an extension may point outside)
+
+    while hi / lo > 1.0 + tol:
+        x = math.nan
+        if math.isfinite(f_lo) and f_lo > 0 and f_hi > 0:
+            x = through(lo, f_lo, hi, f_hi, w_lo, w_hi)
+        elif prev is not None and prev[1] > 0 and f_hi > 0:
+            x = through(prev[0], prev[1], hi, f_hi)
+        if math.isnan(x) or hi / lo <= step * step:
+            x = math.sqrt(lo * hi)
+        else:  # (a point within tol of an end moves to tol from it: the bracket closes if it lands beyond)
+            x = min(max(x, lo * step), hi / step)
+        fx = upper(x)
+        if fx <= epsilon:
+            prev = (hi, f_hi)
+            hi, f_hi, w_hi = x, fx, 1.0
+            w_lo = w_lo / 2.0 if kept == "lo" else 1.0
+            kept = "lo"
+        else:
+            lo, f_lo, w_lo = x, fx, 1.0
+            w_hi = w_hi / 2.0 if kept == "hi" else 1.0
+            kept = "hi"
+    return hi
+
+
 def calibrate_bandmf(epsilon: float, delta: float, strategy: BandedStrategy, q: float | None = None, *,
                      epochs: int = 1, relation: str = "add_remove", method: str = "pld", tol: float = 1e-3,
                      bounds: tuple = (1e-2, 1e3), sampling: str = "cyclic_poisson",
@@ -256,9 +307,9 @@ def calibrate_bandmf(epsilon: float, delta: float, strategy: BandedStrategy, q: 
     Cyclic Poisson: certified for each group that no other group dominates
     (:func:`pldlib.calibration.calibrate_parameter`), the largest of those sigmas (eps falls as
     sigma grows, so it meets the target for every group).  Balls-in-bins (``bins``) and b-min-sep
-    (``min_sep``, ``q`` the probability p): bisection on the certified upper end of
-    :func:`balls_in_bins_bandmf` / :func:`b_min_sep_bandmf` (each of their pieces falls as sigma
-    grows); the sigma returned meets the target.
+    (``min_sep``, ``q`` the probability p): a log-log regula falsi on a bracket of the certified
+    upper end of :func:`balls_in_bins_bandmf` / :func:`b_min_sep_bandmf` (each of their pieces
+    falls as sigma grows); the sigma returned meets the target.
 
     Raises :class:`pldlib.calibration.TargetUnreachableError` when even ``bounds[1]`` does not
     meet the target."""
@@ -295,19 +346,12 @@ def calibrate_bandmf(epsilon: float, delta: float, strategy: BandedStrategy, q: 
             except (PrecisionLimitError, GridTooLargeError):  # (LossRangeError is a PrecisionLimitError)
                 return math.inf
 
-        if not upper(hi) <= epsilon:
+        f_hi = upper(hi)
+        if not f_hi <= epsilon:
             raise TargetUnreachableError(
                 f"epsilon: {V.fmt(epsilon)} at delta {V.fmt(delta)} is not met even at noise multiplier "
-                f"{V.fmt(hi)} (certified eps there {V.fmt(upper(hi))}); raise bounds[1]")
-        if upper(lo) <= epsilon:
-            return lo
-        while hi / lo > 1.0 + tol:
-            mid = math.sqrt(lo * hi)
-            if upper(mid) <= epsilon:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+                f"{V.fmt(hi)} (certified eps there {V.fmt(f_hi)}); raise bounds[1]")
+        return _smallest_meeting(upper, epsilon, lo, hi, tol, f_hi)
     if sampling != "cyclic_poisson":
         raise ValueError(f"sampling: {sampling!r}; 'cyclic_poisson', 'balls_in_bins' or 'b_min_sep'")
     if q is None:
