@@ -115,13 +115,12 @@ def test_monotone_in_group():
 
 
 # -- (b) below the group-privacy conversion at a DP-SGD shape --------------------------------
-def _group_conversion_lower(acc_example, g, delta):
+def _group_conversion_lower(d1, g, delta, grid):
     """A lower bound on the group-privacy conversion of the example-level curve: the smallest
     eps1 with g e^{(g-1) eps1} delta1(eps1) <= delta gives (g eps1, delta) for groups of g;
-    using the certified LOWER delta1 (below the truth) and the grid point below the first
-    feasible one makes this at most the conversion of the exact example-level curve."""
-    grid = np.arange(0.0, 30.0, 0.002)
-    d1 = np.asarray(acc_example.delta(grid).lower)
+    using the certified LOWER delta1 (``d1`` on ``grid``: below the truth) and the grid point
+    below the first feasible one makes this at most the conversion of the exact example-level
+    curve."""
     ok = np.nonzero(g * np.exp((g - 1) * grid) * d1 <= delta)[0]
     return g * grid[max(ok[0] - 1, 0)]
 
@@ -129,12 +128,14 @@ def _group_conversion_lower(acc_example, g, delta):
 def test_below_group_privacy_conversion():
     sigma, q, steps, delta = 1.0, 0.01, 1000, 1e-5
     ex = _acc(sigma, q, steps, 1)
+    grid = np.arange(0.0, 30.0, 0.002)
+    d1 = np.asarray(ex.delta(grid).lower)  # (once: 15,000 deltas, the costly part)
     for g in range(2, 9):
         up = _acc(sigma, q, steps, g).epsilon(delta).upper
-        conv = _group_conversion_lower(ex, g, delta)
+        conv = _group_conversion_lower(d1, g, delta, grid)
         assert up < conv, (g, up, conv)
     # and the conversion's own example-level epsilon at g = 2 is above the example-level eps
-    assert _group_conversion_lower(ex, 2, delta) > 2 * ex.epsilon(delta).lower
+    assert _group_conversion_lower(d1, 2, delta, grid) > 2 * ex.epsilon(delta).lower
 
 
 # -- (c) one step: exact delta by 1-D quadrature --------------------------------------------
