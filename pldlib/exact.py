@@ -696,6 +696,31 @@ class PinfWrapped:
         return np.minimum(lo, up), up
 
 
+def whole_exact(components, relation: str):
+    """The certified closed form of a whole composition ``components`` ([(step_event, count)]) under
+    ``relation``, or None when some part has none (docs/MATH.md section 12): unsampled Gaussians
+    (one pair, mu = c sqrt(sum k / sigma^2), c = 2 under substitution), randomized response
+    (binomial sums), one of each, and (eps0, delta0) steps (their +inf mass D).  The object has
+    certified ``delta_bounds(eps)`` and ``epsilon_bounds(deltas)`` (both ends).  Every method
+    reads a composition that has one off it."""
+    sp = split_exact(components, relation)
+    if sp.rest:
+        return None
+    c = 2.0 if relation == "substitution" else 1.0
+    gauss = gaussian_exact(combined_sigma(sp), c, sp.gauss_terms) if sp.gauss_terms else None
+    if not sp.rr:
+        base = gauss if gauss is not None else IdentityExact()
+    elif gauss is None and len(sp.rr) == 1:
+        (eps0, K), = sp.rr.items()
+        base = BinomialExact(eps0, K) if BinomialExact.n_terms(eps0, K) <= MAX_TERMS else None
+    elif len(sp.rr) == 1 and GaussRRExact.fits(*next(iter(sp.rr.items()))):
+        (eps0, K), = sp.rr.items()
+        base = GaussRRExact(gauss, eps0, K)
+    else:
+        base = None
+    return None if base is None else PinfWrapped(sp.pinf_bounds(), base.delta_bounds, base.epsilon_bounds)
+
+
 class GaussRRExact:
     """An unsampled Gaussian pair (mu) composed with K steps of eps0-randomized response:
     the loss is L_G + (2J - K) eps0, so delta(eps) = sum_j b_j delta_G(eps - l_j)

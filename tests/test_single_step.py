@@ -141,3 +141,40 @@ def test_random_single_steps_meet_the_pld_interval():
         el, eu = SS.epsilon_bounds(br, deltas)
         ok = np.isfinite(eu)
         assert np.all(el[ok] <= ref_e.upper[ok] + 1e-9) and np.all(eu[ok] >= ref_e.lower[ok] - 1e-9), (ev, rel)
+
+
+# -- a whole composition with a closed form (pldlib.exact.whole_exact) ------------------------------
+@pytest.mark.parametrize("cls", [PRVAccountant, SPAAccountant])
+@pytest.mark.parametrize("eps0,k", [(0.05, 2000), (0.7, 40), (3.0, 7)])
+def test_randomized_response_compositions_are_read_off_their_binomial_sums(cls, eps0, k):
+    # the 60-digit binomial sum (robust_truths.rr_delta) inside both ends, and the interval tight:
+    # Berry-Esseen on this lattice loss certified 1-20% before
+    acc = cls("add_remove").compose(E.RandomizedResponseEvent(eps0), k)
+    eps = np.array([0.0, 0.5 * eps0 * math.sqrt(k), 1.5 * eps0 * math.sqrt(k)])
+    iv = acc.delta(eps)
+    for j, e in enumerate(eps):
+        truth = float(T.rr_delta(eps0, k, float(e))[0])
+        assert iv.lower[j] <= truth * (1 + 1e-12) and truth * (1 - 1e-12) <= iv.upper[j], (e, truth, iv)
+        if truth > 1e-12:
+            assert iv.upper[j] - iv.lower[j] <= 1e-6 * truth, (e, truth, iv)
+    d = 1e-6
+    ie = acc.epsilon(d)
+    assert float(T.rr_delta(eps0, k, ie.upper)[0]) <= d * (1 + 1e-9)  # the upper end is certified
+    if ie.lower > -math.inf and ie.lower < ie.upper:
+        assert float(T.rr_delta(eps0, k, ie.lower)[0]) >= d * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("cls", [PRVAccountant, SPAAccountant])
+def test_unsampled_gaussians_are_read_off_the_closed_form(cls):
+    # 30 steps of sigma 5 under substitution: one Gaussian pair, mu = 2 sqrt(30) / 5 (MATH 12)
+    import mpmath as mp
+
+    mu = 2 * math.sqrt(30) / 5
+    acc = cls("substitution").compose(E.GaussianEvent(5.0), 30)
+    for e in (0.5, 3.0, 8.0):
+        with mp.workdps(40):
+            m, ee = mp.mpf(mu), mp.mpf(e)
+            truth = float(mp.ncdf(m / 2 - ee / m) - mp.exp(ee) * mp.ncdf(-m / 2 - ee / m))
+        iv = acc.delta(e)
+        assert iv.lower <= truth * (1 + 1e-12) and truth * (1 - 1e-12) <= iv.upper
+        assert iv.upper - iv.lower <= 1e-9 * truth, (e, truth, iv)

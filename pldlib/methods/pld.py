@@ -398,26 +398,13 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         eff = [(s, k) for s, k in self._steps if id(s.event) in rest]
         eff = epoch_components(eff)  # random allocation: one amplified pair per epoch (MATH 13.2)
         eff = group_schedule(eff, self.relation)  # long schedules: certified grouping (MATH 5.8)
-        # the combined Gaussian: pair(event, c) gives sigma_comb / c = 1 / mu
-        c = 2.0 if self.relation == "substitution" else 1.0
         gauss = None
         if sp.gauss_terms:
             # sigma of the combined step: 1 / sqrt(sum k / sigma^2) (the relation's factor c
             # is applied by the step's pair, as for any Gaussian step)
             gauss = (X.combined_sigma(sp), 1)
         if not sp.rest:
-            if not sp.rr:
-                base = X.gaussian_exact(gauss[0], c, sp.gauss_terms) if gauss else X.IdentityExact()
-            elif not gauss and len(sp.rr) == 1:
-                (eps0, K), = sp.rr.items()
-                base = X.BinomialExact(eps0, K) if X.BinomialExact.n_terms(eps0, K) <= X.MAX_TERMS else None
-            elif len(sp.rr) == 1 and X.GaussRRExact.fits(*next(iter(sp.rr.items()))):
-                (eps0, K), = sp.rr.items()
-                base = X.GaussRRExact(X.gaussian_exact(gauss[0], c, sp.gauss_terms), eps0, K)
-            else:
-                base = None
-            if base is not None:
-                self._exact = X.PinfWrapped(self._pinf, base.delta_bounds, base.epsilon_bounds)
+            self._exact = X.whole_exact([(s.event, k) for s, k in self._steps], self.relation)
         if gauss is not None:
             eff.append((Step(E.GaussianEvent(gauss[0]), self.relation), gauss[1]))
         for eps0, K in sp.rr.items():

@@ -1030,6 +1030,9 @@ class PRVAccountant(Accountant):
         one = SS.of_accountant(self)
         if one is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
             lo, up = SS.intersect(lo, up, *SS.epsilon_bounds(one, deltas))
+        ex = SS.exact_of_accountant(self)
+        if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
+            lo, up = SS.intersect(lo, up, *SS.exact_epsilon_bounds(ex, deltas))
         lo, up = self._sharpened("eps", deltas, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:
@@ -1068,6 +1071,9 @@ class PRVAccountant(Accountant):
         one = SS.of_accountant(self)
         if one is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
             lo, up = SS.intersect(lo, up, *SS.delta_bounds(one, eps))
+        ex = SS.exact_of_accountant(self)
+        if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
+            lo, up = SS.intersect(lo, up, *SS.exact_delta_bounds(ex, eps))
         lo, up = self._sharpened("delta", eps, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:

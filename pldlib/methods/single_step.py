@@ -18,6 +18,12 @@ The PRV and saddle-point accountants intersect their own certified answers with 
 whole composition is one step (single releases, one-step trade-off curves), where their
 machinery is loosest (a mesh of one step, Berry-Esseen for one summand).  Guarantee: certified
 (both ends), to the accuracy of the profile's sf values.
+
+A whole composition with a closed form (unsampled Gaussians, randomized response, one of each,
+(eps0, delta0) steps: :func:`pldlib.exact.whole_exact`, docs/MATH.md section 12) is read off it
+the same way (:func:`exact_of_accountant`, :func:`exact_delta_bounds`, :func:`exact_epsilon_bounds`):
+the PLD accountant answers from it alone; the PRV and saddle-point accountants intersect with it,
+where a lattice loss (randomized response) is what their own certificates bound worst.
 """
 from __future__ import annotations
 
@@ -213,3 +219,31 @@ def epsilon_bounds(branches, deltas):
     """Certified (lower, upper) of eps(delta) (module docstring); NaN where no certificate was
     found (the caller keeps its own answer there)."""
     return _guarded(_epsilon_bounds, np.shape(deltas), branches, deltas)
+
+
+def exact_of_accountant(acc):
+    """The closed form of an accountant's whole composition (:func:`pldlib.exact.whole_exact`), or
+    None (cached on it while its steps are unchanged)."""
+    from ..exact import whole_exact
+
+    key = tuple((id(s), int(k)) for s, k in acc.components)
+    hit = acc.__dict__.get("_whole_exact")
+    if hit is None or hit[0] != key:
+        try:
+            ex = whole_exact([(s.event, int(k)) for s, k in acc.components], acc.relation)
+        except _SKIP:
+            ex = None
+        hit = (key, ex)
+        acc.__dict__["_whole_exact"] = hit
+    return hit[1]
+
+
+def exact_delta_bounds(ex, eps):
+    """Certified (lower, upper) of delta(eps) from a closed form ``ex``; NaN where it cannot be read."""
+    return _guarded(lambda e: ex.delta_bounds(np.asarray(e, dtype=float)), np.shape(eps), eps)
+
+
+def exact_epsilon_bounds(ex, deltas):
+    """Certified (lower, upper) of eps(delta) from a closed form ``ex``; NaN where it cannot be read."""
+    return _guarded(lambda d: ex.epsilon_bounds(np.asarray(d, dtype=float)), np.shape(deltas), deltas)
+

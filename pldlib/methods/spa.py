@@ -900,13 +900,30 @@ class SPAAccountant(Accountant):
     def _with_own_curve(self, out: dict, x: np.ndarray, kind: str) -> dict:
         """``out``'s certified ends intersected with the step's own curve where the composition is one
         step composed once (:mod:`pldlib.methods.single_step`, docs/MATH.md 0.8), where Berry-Esseen
-        for one summand certifies little; the estimates are unchanged."""
+        for one summand certifies little, and with the closed form of a composition that has one
+        (randomized response: Berry-Esseen on a lattice loss).  The estimates are unchanged, except
+        where the certified ends meet to 1e-9: there they are the ends' midpoint."""
         one = SS.of_accountant(self)
-        if one is None:
-            return out
-        l2, u2 = SS.delta_bounds(one, x) if kind == "delta" else SS.epsilon_bounds(one, x)
-        lo, up = SS.intersect(out["lower"], out["upper"], l2, u2)
-        out["flags"] = np.where(lo > out["lower"], out["flags"] & ~FLAG_NO_LOWER, out["flags"])
+        ex = SS.exact_of_accountant(self)
+        lo, up = out["lower"], out["upper"]
+        if one is not None:
+            l2, u2 = SS.delta_bounds(one, x) if kind == "delta" else SS.epsilon_bounds(one, x)
+            lo, up = SS.intersect(lo, up, l2, u2)
+        if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
+            l2, u2 = SS.exact_delta_bounds(ex, x) if kind == "delta" else SS.exact_epsilon_bounds(ex, x)
+            lo, up = SS.intersect(lo, up, l2, u2)
+        flags = np.where(lo > out["lower"], out["flags"] & ~FLAG_NO_LOWER, out["flags"])
+        # where the certified ends meet (to 1e-9) the number is known: its estimates are their
+        # midpoint, with no saddle point needed (the flags of a missing estimate are cleared)
+        with np.errstate(invalid="ignore"):
+            tight = np.isfinite(lo) & np.isfinite(up) & (up - lo <= 1e-9 * np.abs(up))
+        if tight.any():
+            mid = lo + 0.5 * (up - lo)
+            for m in ("msd0", "msd1", "clt"):
+                if m in out:
+                    out[m] = np.where(tight, mid, out[m])
+            flags = np.where(tight, flags & ~_EST_FLAGS, flags)
+        out["flags"] = flags
         out["lower"], out["upper"] = lo, up
         return out
 
