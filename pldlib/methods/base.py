@@ -496,6 +496,27 @@ class Accountant:
         """An empty accountant of the same method, relation and options."""
         return type(self)(self.relation, **self._options())
 
+    #: the relation whose pairs are the reverses of each relation's (docs/MATH.md 0.5)
+    REVERSED = {"remove": "add", "add": "remove", "add_remove": "add_remove", "substitution": "substitution"}
+
+    def _reversed(self) -> "Accountant":
+        """This composition under the reversed relation: its delta at -eps gives this one's at eps
+        (docs/MATH.md 0.5).  add_remove and substitution are closed under reversing a pair, so they
+        are their own (``self``); remove and add are each other's (cached while the steps are
+        unchanged)."""
+        rel = self.REVERSED.get(self.relation, self.relation)
+        if rel == self.relation:
+            return self
+        key = tuple((id(s), int(k)) for s, k in self._steps)
+        hit = self.__dict__.get("_rev")
+        if hit is None or hit[0] != key:
+            acc = type(self)(rel, **self._options())
+            for s, k in self._steps:
+                acc.compose(s.event, k)
+            hit = (key, acc)
+            self.__dict__["_rev"] = hit
+        return hit[1]
+
     def epsilon_per_steps(self, event, steps, deltas):
         """``(lower, estimate, upper, notes)``: eps(delta) of ``count`` runs of ``event``
         for every ``count`` in ``steps`` (arrays of shape (len(steps), len(deltas))).

@@ -680,7 +680,10 @@ class PRVAccountant(Accountant):
             acc = self._finer(f)
             return acc.epsilon(xs) if kind == "eps" else acc.delta(xs)
 
-        return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start, deadline=t_start + SHARPEN_SECONDS,
+        deadline = t_start + SHARPEN_SECONDS
+        if self.__dict__.get("_deadline_at") is not None:  # (a reversed answer inside another query)
+            deadline = min(deadline, self.__dict__["_deadline_at"])
+        return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start, deadline=deadline,
                          finer=finer, relation=self.relation, components=self.components,
                          events=[(s.event, k) for s, k in self._steps])
 
@@ -1074,6 +1077,23 @@ class PRVAccountant(Accountant):
         ex = SS.exact_of_accountant(self)
         if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
             lo, up = SS.intersect(lo, up, *SS.exact_delta_bounds(ex, eps))
+        neg = np.nonzero(eps < 0)[0]
+        rev = self._reversed() if neg.size else None  # eps < 0: 1 - e^eps + e^eps delta_rev(-eps) (MATH 0.5)
+        if rev is not None and rev is not self and not rev._built and \
+                time.perf_counter() - t_start + 2.0 * getattr(self, "setup_seconds", 0.0) > SHARPEN_SECONDS / 2:
+            rev = None  # (building the reversed accountant, about as dear as this one, would not fit)
+        if rev is not None:
+            keep = rev.__dict__.get("_deadline_at")
+            # (its sharpening shares this query's time: both end by t_start + SHARPEN_SECONDS)
+            rev.__dict__["_deadline_at"] = t_start + SHARPEN_SECONDS
+            try:
+                r = rev.delta(-eps[neg])
+                l2, u2 = SS.from_reverse(eps[neg], r.lower, r.upper)
+                lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
+            except (ArithmeticError, ValueError):  # (the reversed answer refused: keep this one)
+                pass
+            finally:
+                rev.__dict__["_deadline_at"] = keep
         lo, up = self._sharpened("delta", eps, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:

@@ -247,3 +247,18 @@ def exact_epsilon_bounds(ex, deltas):
     """Certified (lower, upper) of eps(delta) from a closed form ``ex``; NaN where it cannot be read."""
     return _guarded(lambda d: ex.epsilon_bounds(np.asarray(d, dtype=float)), np.shape(deltas), deltas)
 
+
+def from_reverse(eps, r_lo, r_up):
+    """Certified (lower, upper) of delta(eps) at eps < 0 from certified ends (r_lo, r_up) of the
+    reversed relation's delta at -eps: delta(eps) = 1 - e^eps + e^eps delta_rev(-eps) (docs/MATH.md
+    0.5), rounded outward.  At eps < 0 the curve is 1 - e^eps plus a term that is often far below
+    the accuracy of a mesh or a Berry-Esseen bound; read this way it keeps the reversed answer's
+    relative accuracy.  NaN ends stay NaN (ignored by :func:`intersect`)."""
+    eps = np.asarray(eps, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = -np.expm1(eps)
+        b = np.exp(eps)
+        lo = a * (1.0 - 4.0 * _U) + b * np.asarray(r_lo, dtype=float) * (1.0 - 4.0 * _U)
+        up = a * (1.0 + 4.0 * _U) + b * np.asarray(r_up, dtype=float) * (1.0 + 4.0 * _U)
+    return np.maximum(lo, 0.0), np.minimum(up, 1.0)
+

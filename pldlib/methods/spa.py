@@ -912,6 +912,17 @@ class SPAAccountant(Accountant):
         if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
             l2, u2 = SS.exact_delta_bounds(ex, x) if kind == "delta" else SS.exact_epsilon_bounds(ex, x)
             lo, up = SS.intersect(lo, up, l2, u2)
+        neg = np.nonzero(x < 0)[0] if kind == "delta" else np.zeros(0, dtype=int)
+        if neg.size and self._reversed() is self:
+            # eps < 0: 1 - e^eps + e^eps delta_reversed(-eps) (docs/MATH.md 0.5), for the relations
+            # that are their own reverse (add_remove, substitution: no second build)
+            try:
+                r = self.delta_all(-x[neg], ())
+                l2, u2 = SS.from_reverse(x[neg], r["lower"], r["upper"])
+                lo, up = lo.copy(), up.copy()
+                lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
+            except (ArithmeticError, ValueError):
+                pass
         flags = np.where(lo > out["lower"], out["flags"] & ~FLAG_NO_LOWER, out["flags"])
         # where the certified ends meet (to 1e-9) the number is known: its estimates are their
         # midpoint, with no saddle point needed (the flags of a missing estimate are cleared)
