@@ -88,7 +88,7 @@ def _negative_eps_window(e, s_rdp, q, k):
 
 
 @pytest.mark.parametrize("method", ["prv", "spa"])
-@pytest.mark.parametrize("case", [1, 2, 3, 4])
+@pytest.mark.parametrize("case", [1, 3, 4])  # (add_remove, remove, WOR; add mirrors remove)
 def test_prv_and_spa_read_negative_eps_off_the_reversed_curve(method, case):
     """delta(eps < 0) = 1 - e^eps + e^eps delta_reversed(-eps) (MATH 0.5): the PRV accountant (every
     relation) and the saddle-point accountant (add_remove, substitution: their own reverse) read it
