@@ -1090,7 +1090,7 @@ class PRVAccountant(Accountant):
                 r = rev.delta(-eps[neg])
                 l2, u2 = SS.from_reverse(eps[neg], r.lower, r.upper)
                 lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
-            except (ArithmeticError, ValueError):  # (the reversed answer refused: keep this one)
+            except SS._SKIP + (TimeoutError,):  # (the reversed answer refused or too large: keep this one)
                 pass
             finally:
                 rev.__dict__["_deadline_at"] = keep

@@ -921,7 +921,7 @@ class SPAAccountant(Accountant):
                 l2, u2 = SS.from_reverse(x[neg], r["lower"], r["upper"])
                 lo, up = lo.copy(), up.copy()
                 lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
-            except (ArithmeticError, ValueError):
+            except SS._SKIP + (TimeoutError,):  # (the reversed answer refused or too large: keep this one)
                 pass
         flags = np.where(lo > out["lower"], out["flags"] & ~FLAG_NO_LOWER, out["flags"])
         # where the certified ends meet (to 1e-9) the number is known: its estimates are their
