@@ -198,8 +198,10 @@ def test_prv_tradeoff_is_sharpened_too(monkeypatch):
     # lifted: under load the 16x mesh (0.6 s alone) would not fit the default 10 s and the answer
     # would stay wider, by design (the deadline itself: the next test)
     import pldlib.methods.prv as prv_mod
+    from pldlib.methods import few_summands as FS
 
     monkeypatch.setattr(prv_mod, "SHARPEN_SECONDS", 600.0)
+    monkeypatch.setattr(FS, "FEW", 0)  # (the PRV mesh alone: no PLD companion, docs/MATH.md 0.9)
     ev = E.Sampled(E.GaussianEvent(1.5), 0.08, "poisson")
 
     def acc(sharpen):

@@ -428,7 +428,11 @@ class Accountant:
                 dirs = [(np.concatenate([np.asarray(dl, float), np.asarray(ml, float)])[order],
                          np.concatenate([np.asarray(du, float), np.asarray(mu, float)])[order])
                         for (dl, du), (ml, mu) in zip(dirs, more)]
-        return max_directions(profile_power(eps, dl, du, alpha) for dl, du in dirs)
+        plo, pup = max_directions(profile_power(eps, dl, du, alpha) for dl, du in dirs)
+        # a few summands: the PLD accountant's certified power too (docs/MATH.md 0.9)
+        from . import few_summands as FS
+
+        return SS.intersect(plo, pup, *FS.power_bounds(self, alpha))
 
     def tradeoff(self, alpha):
         """Certified interval for the trade-off function beta(alpha) (least type II error at
@@ -495,6 +499,10 @@ class Accountant:
     def fresh(self) -> "Accountant":
         """An empty accountant of the same method, relation and options."""
         return type(self)(self.relation, **self._options())
+
+    #: whether a composition of a few summands also reads the PLD accountant's certified ends
+    #: (:mod:`.few_summands`, docs/MATH.md 0.9; the PRV and saddle-point accountants)
+    few_summands_pld = False
 
     #: the relation whose pairs are the reverses of each relation's (docs/MATH.md 0.5)
     REVERSED = {"remove": "add", "add": "remove", "add_remove": "add_remove", "substitution": "substitution"}

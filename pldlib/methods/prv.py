@@ -111,6 +111,7 @@ import scipy.fft as sfft
 from .. import _validate as V
 from .._validate import PrecisionLimitError
 from . import sharpen as S
+from . import few_summands as FS
 from . import single_step as SS
 from .base import Accountant, Interval, branch_labels, components_of
 from .schedule import exact_epoch_components
@@ -634,6 +635,8 @@ class PRVAccountant(Accountant):
     """
 
     method = "prv"
+    #: a few summands also read the PLD accountant's certified ends (:mod:`.few_summands`)
+    few_summands_pld = True
     kind = "certified"
 
     def __init__(self, relation: str = "add_remove", *, eps_error: float | None = None, delta_error: float | None = None,
@@ -1036,6 +1039,8 @@ class PRVAccountant(Accountant):
         ex = SS.exact_of_accountant(self)
         if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
             lo, up = SS.intersect(lo, up, *SS.exact_epsilon_bounds(ex, deltas))
+        # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
+        lo, up = SS.intersect(lo, up, *FS.epsilon_bounds(self, deltas))
         lo, up = self._sharpened("eps", deltas, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:
@@ -1077,6 +1082,8 @@ class PRVAccountant(Accountant):
         ex = SS.exact_of_accountant(self)
         if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
             lo, up = SS.intersect(lo, up, *SS.exact_delta_bounds(ex, eps))
+        # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
+        lo, up = SS.intersect(lo, up, *FS.delta_bounds(self, eps))
         neg = np.nonzero(eps < 0)[0]
         rev = self._reversed() if neg.size else None  # eps < 0: 1 - e^eps + e^eps delta_rev(-eps) (MATH 0.5)
         if rev is not None and rev is not self and not rev._built and \

@@ -105,6 +105,7 @@ from scipy import special
 from .. import _validate as V
 from .. import events as E
 from .._validate import PrecisionLimitError
+from . import few_summands as FS
 from . import single_step as SS
 from .base import Accountant, Interval, branch_labels, components_of
 from .cgf import ComposedCGF, log_gmax, mechanism_cgfs, mul_up
@@ -332,6 +333,8 @@ class SPAAccountant(Accountant):
     """
 
     method = "spa"
+    #: a few summands also read the PLD accountant's certified ends (:mod:`.few_summands`)
+    few_summands_pld = True
     kind = "certified"
 
     def __init__(self, relation: str = "add_remove", *, t_range=(1e-5, 1e4), nodes_per_decade: int = 32,
@@ -912,6 +915,9 @@ class SPAAccountant(Accountant):
         if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
             l2, u2 = SS.exact_delta_bounds(ex, x) if kind == "delta" else SS.exact_epsilon_bounds(ex, x)
             lo, up = SS.intersect(lo, up, l2, u2)
+        # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
+        l2, u2 = FS.delta_bounds(self, x) if kind == "delta" else FS.epsilon_bounds(self, x)
+        lo, up = SS.intersect(lo, up, l2, u2)
         neg = np.nonzero(x < 0)[0] if kind == "delta" else np.zeros(0, dtype=int)
         if neg.size and self._reversed() is self:
             # eps < 0: 1 - e^eps + e^eps delta_reversed(-eps) (docs/MATH.md 0.5), for the relations
