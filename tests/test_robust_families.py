@@ -195,6 +195,24 @@ def test_checker_flags_both_ends():
     assert _rec(case, 0.9, 1.1, t3)["flags"] == ["unsound lower"]
 
 
+def test_relative_width_and_where_it_makes_no_claim():
+    import math
+
+    mixed = {"relation": "add", "steps": [[{"kind": "gauss", "sigma": 1.0}, 1]], "query": ["delta", 1.0]}
+
+    def w(lo, up, case=mixed, truth=None):
+        return R.rel_width({"status": "ok", "lower": lo, "upper": up, "case": case, "truth": truth})
+
+    assert w(0.0, 1e-30) == 1.0 and abs(w(0.99e-3, 1e-3) - 0.01) < 1e-12
+    # an upper end below the normal doubles: the truth is not representable, no width claim
+    assert math.isnan(w(0.0, 5e-324)) and math.isnan(w(0.0, 1e-310))
+    eps_case = dict(mixed, query=["epsilon", 1e-5])
+    assert abs(w(1.0, 1.02, eps_case) - 0.02 / 1.02) < 1e-12 and abs(w(0.0, 1e-4, eps_case) - 0.1) < 1e-12
+    fam = dict(mixed, family="rr")
+    assert abs(w(0.5, 0.6, fam, {"value": ["0.5", "0.5"]}) - 0.2) < 1e-12
+    assert math.isnan(w(0.0, 1e-300, fam, {"value": ["1e-320", "1e-320"]}))  # (a subnormal truth)
+
+
 def test_rdp_and_shuffle_are_checked_on_the_upper_end_only():
     case = {"family": "tradeoff", "method": "rdp", "relation": "remove",
             "steps": [[{"kind": "sgauss", "sigma": 1.0, "q": 0.1, "scheme": "poisson"}, 1]], "query": ["max_tpr", 0.1]}

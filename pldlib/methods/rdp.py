@@ -199,6 +199,9 @@ class RDPAccountant(GaussianFormulaAccountant):
         a = self._orders
         ld = (a - 1.0) * (self.rdp[None, :] - eps[:, None] + np.log1p(-1.0 / a)) - np.log(a)
         d = np.minimum(np.exp(ld.min(axis=1)), 1.0)
+        # delta > 0 at every eps for the noises RDP takes (Gaussian): a bound that underflows is
+        # the smallest double, never 0 (docs/MATH.md 8.2)
+        d = np.where(d > 0, d, 5e-324)
         nan = np.full_like(d, np.nan)
         if scalar:
             return Interval(math.nan, float(d[0]), estimate=float(d[0]), kind="upper")

@@ -7,8 +7,8 @@ An answer wider than :data:`WIDTH` (relative to its upper end; eps answers relat
 1. by the same method at a finer accuracy (the PLD grid's spacing, the PRV mesh), :data:`FACTORS`
    times finer, each only while the time the last answer took, times the factor and 2, fits what
    is left before the deadline;
-2. by the analytic bounds of the steps' cumulant generating functions: the Chernoff bound
-   (delta answers) and the saddle-point accountant's certified Chernoff and Berry-Esseen bounds
+2. by the analytic bounds of the steps' cumulant generating functions: the Renyi-DP conversion
+   and the Chernoff bound (delta answers) and the saddle-point accountant's certified Chernoff and Berry-Esseen bounds
    (docs/MATH.md 6.5), which carry the tails analytically where a grid's floor is above the
    truth (answers below :data:`TINY`) and are tight for very long compositions (the central-limit
    regime, where a grid within the budgets is coarse).
@@ -28,8 +28,8 @@ import numpy as np
 from .._validate import PrecisionLimitError
 from .base import branch_labels
 
-__all__ = ["FACTORS", "MARGIN", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta", "sharpen",
-           "wide"]
+__all__ = ["FACTORS", "MARGIN", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta", "rdp_delta",
+           "sharpen", "wide"]
 
 #: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
 WIDTH = 0.01
@@ -56,7 +56,21 @@ def wide(kind: str, lo: np.ndarray, up: np.ndarray, width: float = WIDTH) -> np.
     relative to at least 1e-3)."""
     with np.errstate(invalid="ignore"):
         scale = np.maximum(np.abs(up), 1e-3) if kind == "eps" else np.abs(up)
-        return np.isfinite(lo) & np.isfinite(up) & ((up - lo) > width * scale)
+        out = np.isfinite(lo) & np.isfinite(up) & ((up - lo) > width * scale)
+        # (a delta bound of the smallest double cannot be narrowed in doubles)
+        return out & (up > 5e-324) if kind == "delta" else out
+
+
+def rdp_delta(relation: str, events: Sequence, eps: np.ndarray) -> np.ndarray:
+    """Certified upper bounds on delta(eps) from the Renyi-DP accountant's conversion (docs/MATH.md
+    8.1: closed-form Renyi curves, milliseconds); raises NotImplementedError for steps it does not
+    take (noises other than Gaussian, substitution of sampled steps)."""
+    from . import make_accountant
+
+    acc = make_accountant("rdp", relation)
+    for ev, k in events:
+        acc.compose(ev, k)
+    return np.asarray(acc.delta(np.asarray(eps, dtype=float)).upper, dtype=float)
 
 
 def _merge(lo, up, l2, u2, idx) -> None:
@@ -124,8 +138,14 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
         return lo, up
     small = (up < TINY) if kind == "delta" else (x < TINY)
     idx = np.nonzero(wide(kind, lo, up) & small)[0]
+    if idx.size and kind == "delta" and events:
+        try:  # the Renyi-DP conversion first (closed-form curves: milliseconds, Gaussian noise only)
+            _merge(lo, up, np.full(idx.size, -np.inf), rdp_delta(relation, events, x[idx]), idx)
+        except _SKIP:
+            pass
+        idx = np.nonzero(wide(kind, lo, up) & small)[0]
     if idx.size and kind == "delta":
-        try:  # the quick Chernoff bound first (one cumulant per tilt, about 80 tilts)
+        try:  # the quick Chernoff bound next (one cumulant per tilt, about 80 tilts)
             stop = time.perf_counter() + SPA_SECONDS
             with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
                 u2 = chernoff_delta(components, x[idx])

@@ -495,7 +495,9 @@ def _check_gaussian(rec, lo, up):
 def rel_width(rec):
     """Relative width of an answer: eps answers relative to |upper| (floor 1e-3); delta answers
     relative to |upper| (floor 1e-300); family delta / max_tpr answers with a representable truth
-    (a normal double) relative to the truth."""
+    (a normal double) relative to the truth.  NaN (no width claim) where the truth is not
+    representable: a family truth outside the normal doubles, or a delta answer whose certified
+    upper end is below them."""
     if rec["status"] != "ok" or rec["case"].get("method") == "rdp":  # (RDP: an upper end only)
         return math.nan
     lo, up = rec["lower"], rec["upper"]
@@ -507,6 +509,8 @@ def rel_width(rec):
         return (up - lo) / t if math.isfinite(up - lo) else math.inf
     if not (math.isfinite(lo) and math.isfinite(up)):
         return 0.0 if lo == up else math.inf
+    if rec["case"]["query"][0] == "delta" and 0 <= up < 2.3e-308:
+        return math.nan  # certified below the normal doubles: the truth is not representable either
     return (up - lo) / max(abs(up), 1e-300 if rec["case"]["query"][0] == "delta" else 1e-3)
 
 
