@@ -428,11 +428,7 @@ class Accountant:
                 dirs = [(np.concatenate([np.asarray(dl, float), np.asarray(ml, float)])[order],
                          np.concatenate([np.asarray(du, float), np.asarray(mu, float)])[order])
                         for (dl, du), (ml, mu) in zip(dirs, more)]
-        plo, pup = max_directions(profile_power(eps, dl, du, alpha) for dl, du in dirs)
-        # a few summands: the PLD accountant's certified power too (docs/MATH.md 0.9)
-        from . import few_summands as FS
-
-        return SS.intersect(plo, pup, *FS.power_bounds(self, alpha))
+        return max_directions(profile_power(eps, dl, du, alpha) for dl, du in dirs)
 
     def tradeoff(self, alpha):
         """Certified interval for the trade-off function beta(alpha) (least type II error at

@@ -26,6 +26,15 @@ from .single_step import _SKIP, exact_of_accountant, of_accountant
 FEW = 8
 #: the PLD companion's time budget (seconds): it coarsens its grid rather than run longer
 BUDGET_SECONDS = 2.0
+#: the PLD accountant's class, registered by :mod:`.pld` when it is imported (``import pldlib``
+#: does); this module imports no accountant, so the accountants that use it import no circle
+_PLD = None
+
+
+def register(cls) -> None:
+    """Make ``cls`` (the PLD accountant) the companion's class."""
+    global _PLD
+    _PLD = cls
 
 
 def summands(components) -> int:
@@ -61,15 +70,13 @@ def companion(acc):
 
 
 def _make(acc):
-    from .pld import PLDAccountant
-
-    if isinstance(acc, PLDAccountant) or not getattr(acc, "few_summands_pld", False) or not acc.components \
-            or summands(acc.components) > FEW:
+    if _PLD is None or isinstance(acc, _PLD) or not getattr(acc, "few_summands_pld", False) \
+            or not acc.components or summands(acc.components) > FEW:
         return None
     if of_accountant(acc) is not None or exact_of_accountant(acc) is not None:
         return None  # (one step composed once, or a closed form: read exactly already, MATH 0.8)
     try:
-        pld = PLDAccountant(acc.relation, time_budget=BUDGET_SECONDS)
+        pld = _PLD(acc.relation, time_budget=BUDGET_SECONDS)
         for s, k in acc.components:
             pld.compose(s.event, int(k))
     except _SKIP + (TypeError,):

@@ -25,6 +25,7 @@ from .. import exact as X
 from .._deadline import DeadlineExceeded
 from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
+from . import few_summands as FS
 from . import sharpen as S
 from .base import Accountant, Interval, Step, StepsTables, as_event, branch_labels
 from .schedule import EpochStep, epoch_components, group_schedule
@@ -1036,3 +1037,7 @@ def max_coordinate_lower(sigma: float, t: int, epochs: int, delta: float, relati
     the E-fold composition of :class:`MaxCoordinateProfile` (remove; add: reversed; add_remove:
     the larger)."""
     return max_coordinate_accountant(sigma, t, epochs, relation).epsilon(delta).lower
+
+
+# the companion of the PRV and saddle-point accountants for a few summands (docs/MATH.md 0.9)
+FS.register(PLDAccountant)

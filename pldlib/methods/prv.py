@@ -691,20 +691,25 @@ class PRVAccountant(Accountant):
                          events=[(s.event, k) for s, k in self._steps])
 
     def _tradeoff_top(self) -> float:
-        # (only the eps grid of the power bounds depends on it: the unsharpened answer, so that
-        # the grid does not depend on the time sharpening found)
-        keep, self.sharpen = self.sharpen, False
+        # (only the eps grid of the power bounds depends on it: the mesh's own upper eps(1e-12),
+        # neither sharpened nor read off exact curves, so that the grid does not depend on the time
+        # sharpening found, and costs one read of the mesh)
         try:
-            return super()._tradeoff_top()
-        finally:
-            self.sharpen = keep
+            self._ensure_built()
+            d = np.array([1e-12])
+            return float(max(self._branch_epsilon(br, d)[2][0] for br in self._branches))
+        except (ArithmeticError, ValueError):
+            return math.nan
 
     def _power(self, alpha: np.ndarray):
         """The generic certified power bounds (:meth:`Accountant._power`), sharpened like the
         answers (finer meshes only) where wider than 1%."""
         t_start = time.perf_counter()
         lo, up = super()._power(alpha)
-        if not self.sharpen:
+        # a few summands: the PLD accountant's certified power too (docs/MATH.md 0.9)
+        lo, up = SS.intersect(lo, up, *FS.power_bounds(self, alpha))
+        if not self.sharpen or SS.of_accountant(self) is not None:
+            # (one step composed once reads its own curve: a finer mesh would not change it)
             return lo, up
 
         def finer(f, xs):
@@ -1053,12 +1058,22 @@ class PRVAccountant(Accountant):
         out = []
         one = SS.of_accountant(self)
         for br in self._branches:
-            l, _e, u, _sh = self._branch_delta(br, eps)
-            u = np.minimum(u, 1.0)
-            l = np.minimum(l, u)
             pair = SS.branch_of(one, br.label) if one is not None else None
-            if pair is not None:  # one step composed once: its own curve (docs/MATH.md 0.8)
-                l, u = SS.intersect(l, u, *SS.branch_delta_bounds(pair[0], pair[1], eps))
+            if pair is not None:  # one step composed once: its own curve (docs/MATH.md 0.8) ...
+                l2, u2 = SS.branch_delta_bounds(pair[0], pair[1], eps)
+                with np.errstate(invalid="ignore"):
+                    need = ~(np.isfinite(l2) & np.isfinite(u2)) | (u2 - l2 > 1e-3 * np.abs(u2))
+            else:
+                l2 = u2 = None
+                need = np.ones(eps.shape, dtype=bool)
+            l, u = (l2.copy(), u2.copy()) if l2 is not None else (np.zeros(eps.shape), np.ones(eps.shape))
+            if need.any():  # ... and the mesh only where that curve is unread or looser than 0.1%
+                lm, _e, um, _sh = self._branch_delta(br, eps[need])
+                um = np.minimum(um, 1.0)
+                lm = np.minimum(lm, um)
+                if l2 is not None:
+                    lm, um = SS.intersect(lm, um, l2[need], u2[need])
+                l[need], u[need] = lm, um
             out.append((l, u))
         return out
 

@@ -65,9 +65,9 @@ def rdp_delta(relation: str, events: Sequence, eps: np.ndarray) -> np.ndarray:
     """Certified upper bounds on delta(eps) from the Renyi-DP accountant's conversion (docs/MATH.md
     8.1: closed-form Renyi curves, milliseconds); raises NotImplementedError for steps it does not
     take (noises other than Gaussian, substitution of sampled steps)."""
-    from . import make_accountant
+    from .rdp import RDPAccountant
 
-    acc = make_accountant("rdp", relation)
+    acc = RDPAccountant(relation)
     for ev, k in events:
         acc.compose(ev, k)
     return np.asarray(acc.delta(np.asarray(eps, dtype=float)).upper, dtype=float)

@@ -944,11 +944,18 @@ class SPAAccountant(Accountant):
         out["lower"], out["upper"] = lo, up
         return out
 
+    def _power(self, alpha: np.ndarray):
+        """The generic certified power bounds (:meth:`Accountant._power`), intersected with the PLD
+        accountant's for a few summands (:mod:`.few_summands`, docs/MATH.md 0.9)."""
+        lo, up = super()._power(alpha)
+        return SS.intersect(lo, up, *FS.power_bounds(self, alpha))
+
     def _tradeoff_top(self) -> float:
         # the certified upper eps(1e-12) even where the estimate is flagged (only the grid of the
-        # trade-off bounds depends on it)
+        # trade-off bounds depends on it: its own bound, not read off exact curves, which cost more)
         try:
-            return float(self.epsilon_all(1e-12, ())["upper"][0])
+            out = self._eps_generic(np.ones(1), np.zeros(1, dtype=np.int64), np.array([1e-12]), ())
+            return float(out["upper"][0])
         except (ArithmeticError, ValueError):
             return math.nan
 
