@@ -28,9 +28,10 @@ def test_interval_is_the_two_gaussian_closed_forms(scheme, t, sigma, epochs, mon
 
     monkeypatch.setattr(FS, "FEW", 0)
     acc = pldlib.account(pldlib.Gaussian(sigma=sigma, q=1 / t, sampling=scheme), steps=t * epochs)
-    per_step = pldlib.PRVAccountant("add_remove").compose(
-        E.Sampled(E.GaussianEvent(sigma), 1 / t, scheme), t * epochs)
-    for eps in (0.5, 1.0, 2.0):
+    if scheme == "random_allocation":  # (one vectorised query: each one sharpens its wide answer)
+        per_step = pldlib.PRVAccountant("add_remove").compose(
+            E.Sampled(E.GaussianEvent(sigma), 1 / t, scheme), t * epochs).delta(np.array([0.5, 1.0, 2.0]))
+    for j, eps in enumerate((0.5, 1.0, 2.0)):
         iv = acc.delta(eps)
         up = gauss_delta(eps, math.sqrt(epochs) / sigma)          # no amplification
         lo = gauss_delta(eps, math.sqrt(epochs / t) / sigma)      # sum of the epoch's batches
@@ -42,8 +43,8 @@ def test_interval_is_the_two_gaussian_closed_forms(scheme, t, sigma, epochs, mon
         else:
             assert iv.upper < 0.8 * up
             assert 1.05 * lo < iv.lower <= iv.upper
-            assert up <= per_step.delta(eps).upper <= up * 1.01 + 1e-12
-            assert per_step.delta(eps).lower <= lo
+            assert up <= per_step.upper[j] <= up * 1.01 + 1e-12
+            assert per_step.lower[j] <= lo
 
 
 def _mc_delta(t, sigma, epochs, eps, n, rng):
@@ -90,15 +91,16 @@ def issue_eps(sigma, epochs):
 @pytest.mark.slow
 @pytest.mark.parametrize("t,sigma,epochs", ISSUE_CASES)
 def test_monte_carlo_inside_the_certified_interval(t, sigma, epochs):
-    """Seeded Monte Carlo (10^6 samples per direction here; the 10^7 run with its confidence
-    intervals is `python -m benchmarks.batches --mc`, results/BATCHES.md) of the exact random
+    """Seeded Monte Carlo (4 x 10^5 samples per direction here, as the other schemes' checks;
+    the 10^7 run with its confidence intervals is `python -m benchmarks.batches --mc`,
+    results/BATCHES.md) of the exact random
     allocation pair lies inside [certified lower, certified upper]: the scheme's interval, and
     above the stronger max-coordinate lower bound."""
     from pldlib.methods.pld import max_coordinate_accountant
     from pldlib.testing.montecarlo import allocation_delta
 
     eps = issue_eps(sigma, epochs)
-    mc = allocation_delta(sigma, t, epochs, eps, n_samples=1_000_000, seed=2000 + 100 * t + 10 * epochs + int(sigma))
+    mc = allocation_delta(sigma, t, epochs, eps, n_samples=400_000, seed=2000 + 100 * t + 10 * epochs + int(sigma))
     iv = pldlib.account(pldlib.Gaussian(sigma=sigma, q=1 / t, sampling="random_allocation"),
                         steps=t * epochs).delta(eps)
     mx = max_coordinate_accountant(sigma, t, epochs).delta(eps).lower
