@@ -292,7 +292,13 @@ def calibrate(epsilon: float | None = None, delta: float | None = None, q: float
         too little noise (single-step loss beyond e^700): a lower end of the search, not an answer."""
         try:
             acc = account(mech(sigma), steps=steps, spacing=h, lower_bound=lower_bound)
+            # a wide answer is sharpened (docs/MATH.md 5.9) only where it straddles the target: on
+            # either side of it, the search learns all it needs from the first answer
+            acc._sharpening = True
             iv = acc.epsilon(delta)
+            acc._sharpening = False
+            if float(iv.lower) <= epsilon < float(iv.upper):
+                iv = acc.epsilon(delta)
         except LossRangeError as exc:
             raise _Refused(sigma, exc) from None
         except V.GridTooLargeError as exc:  # (its class kept; the message names the target)

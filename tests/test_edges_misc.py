@@ -338,6 +338,26 @@ def test_calibrate_search_is_not_stopped_by_a_refused_sigma():
     assert pldlib.account(m, steps=100, spacing=r.spacing).epsilon(1e-5).lower > 1.0
 
 
+def test_calibrate_sharpens_only_answers_that_straddle_the_target(monkeypatch):
+    # a search evaluation wholly above or below the target needs no sharpening (the search learns
+    # its side from the first answer): the start far below used to spend the whole 10 s budget on
+    # the saddle-point bounds of an answer that was nowhere near the target
+    from pldlib.methods.pld import PLDAccountant
+
+    seen = []
+    real = PLDAccountant._sharpen
+
+    def spy(self, kind, x, lo, up, t_start):
+        if not self.__dict__.get("_sharpening"):
+            seen.append((float(lo[0]), float(up[0])))
+        return real(self, kind, x, lo, up, t_start)
+
+    monkeypatch.setattr(PLDAccountant, "_sharpen", spy)
+    r = pldlib.calibrate(1.0, 1e-5, q=0.01, steps=100, sigma_guess=1e-3)
+    assert r.sigma_lower is not None and r.sigma / r.sigma_lower <= 1 + 1e-3 + 1e-9
+    assert all(lo <= 1.0 < up for lo, up in seen), seen
+
+
 def test_calibration_beyond_the_grid_names_the_target():
     with pytest.raises(pldlib.GridTooLargeError, match=r"calibration to epsilon=1e-06, delta=1e-12"):
         pldlib.calibrate(1e-6, 1e-12, q=0.01, steps=1000)
