@@ -1046,11 +1046,51 @@ class PRVAccountant(Accountant):
             lo, up = SS.intersect(lo, up, *SS.exact_epsilon_bounds(ex, deltas))
         # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
         lo, up = SS.intersect(lo, up, *FS.epsilon_bounds(self, deltas))
+        # a wide answer that reaches below 0: bracketed on the reversed curve's delta (MATH 0.5), from
+        # eps(delta) >= ln(1 - delta) (every pair, MATH 0.7), on the reversed accountant's unsharpened
+        # answers (a finer mesh for each of the bracket's points would not fit the time)
+        with np.errstate(divide="ignore"):
+            floor = np.log1p(-deltas) * (1 + 1e-12) - 1e-300
+        with np.errstate(invalid="ignore"):  # (wider than 1%, an infinite end included)
+            neg = np.nonzero((lo < 0) & ((up - lo) > S.WIDTH * np.maximum(np.abs(up), 1e-3)))[0]
+        if neg.size:
+            def at(e):
+                return self._reversed_delta(e, t_start, sharpen=False)
+            top = np.minimum(up[neg], 0.0)
+            start = np.maximum(lo[neg], floor[neg])
+            ok = np.isfinite(start) & (start < top)
+            l2, u2 = np.full(neg.size, np.nan), np.full(neg.size, np.nan)
+            if ok.any():
+                a, b = SS.bracket_epsilon(at, deltas[neg][ok], start[ok], top[ok])
+                l2[ok], u2[ok] = a, b
+            # (the upper end is only certified by a point found: where none was, it stays)
+            lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, np.where(u2 < top, u2, np.nan))
         lo, up = self._sharpened("eps", deltas, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:
             return Interval(float(lo[0]), float(up[0]), estimate=float(est[0]))
         return Interval(lo, up, estimate=est)
+
+    def _reversed_delta(self, eps: np.ndarray, t_start: float, sharpen: bool = True):
+        """Certified (lower, upper) of delta at ``eps`` < 0 from the reversed relation's curve at
+        -eps (docs/MATH.md 0.5), or None: building the reversed accountant (remove and add; about
+        as dear as this one) would not fit in half of the query's time, or it refuses.  Its
+        sharpening (``sharpen=False``: none) shares this query's time (both end by t_start +
+        SHARPEN_SECONDS)."""
+        rev = self._reversed()
+        if rev is not self and not rev._built and \
+                time.perf_counter() - t_start + 2.0 * getattr(self, "setup_seconds", 0.0) > SHARPEN_SECONDS / 2:
+            return None
+        keep = rev.__dict__.get("_deadline_at"), rev.sharpen
+        rev.__dict__["_deadline_at"] = t_start + SHARPEN_SECONDS
+        rev.sharpen = rev.sharpen and sharpen
+        try:
+            r = rev.delta(-np.asarray(eps, dtype=float))
+            return SS.from_reverse(eps, r.lower, r.upper)
+        except SS._SKIP + (TimeoutError,):  # (the reversed answer refused or too large: keep this one)
+            return None
+        finally:
+            rev.__dict__["_deadline_at"], rev.sharpen = keep
 
     def _direction_deltas(self, eps: np.ndarray) -> list:
         """Certified (lower, upper) of each branch's own delta(eps) (trade-off curves, docs/MATH.md
@@ -1100,22 +1140,9 @@ class PRVAccountant(Accountant):
         # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
         lo, up = SS.intersect(lo, up, *FS.delta_bounds(self, eps))
         neg = np.nonzero(eps < 0)[0]
-        rev = self._reversed() if neg.size else None  # eps < 0: 1 - e^eps + e^eps delta_rev(-eps) (MATH 0.5)
-        if rev is not None and rev is not self and not rev._built and \
-                time.perf_counter() - t_start + 2.0 * getattr(self, "setup_seconds", 0.0) > SHARPEN_SECONDS / 2:
-            rev = None  # (building the reversed accountant, about as dear as this one, would not fit)
-        if rev is not None:
-            keep = rev.__dict__.get("_deadline_at")
-            # (its sharpening shares this query's time: both end by t_start + SHARPEN_SECONDS)
-            rev.__dict__["_deadline_at"] = t_start + SHARPEN_SECONDS
-            try:
-                r = rev.delta(-eps[neg])
-                l2, u2 = SS.from_reverse(eps[neg], r.lower, r.upper)
-                lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
-            except SS._SKIP + (TimeoutError,):  # (the reversed answer refused or too large: keep this one)
-                pass
-            finally:
-                rev.__dict__["_deadline_at"] = keep
+        got = self._reversed_delta(eps[neg], t_start) if neg.size else None
+        if got is not None:  # eps < 0: 1 - e^eps + e^eps delta_rev(-eps) (MATH 0.5)
+            lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], *got)
         lo, up = self._sharpened("delta", eps, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:

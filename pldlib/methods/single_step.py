@@ -263,3 +263,28 @@ def from_reverse(eps, r_lo, r_up):
         up = (a * (1.0 + 8.0 * _U) + b * np.asarray(r_up, dtype=float) * (1.0 + 8.0 * _U)) * (1.0 + 2.0 * _U)
     return np.maximum(lo, 0.0), np.minimum(up, 1.0)
 
+
+def bracket_epsilon(delta_bounds_at, deltas, lo, up, points: int = 32, rounds: int = 3):
+    """Certified (lower, upper) of eps(delta) inside a certified bracket [lo, up] (arrays), from
+    certified bounds of delta at any eps in it: ``delta_bounds_at(eps_1d) -> (lower, upper)`` or
+    None (refused).  On ``points`` interior points of each bracket, an eps whose upper delta is
+    <= delta certifies eps(delta) <= eps, and one whose lower delta exceeds delta certifies
+    eps(delta) >= eps (the true curve does not increase); the bracket shrinks to the tightest
+    certified points, ``rounds`` times (about 2 / (points + 1) of it each time), whatever the
+    monotonicity of the computed bounds.  Where no point certifies anything the end is kept."""
+    lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
+    d = np.asarray(deltas, dtype=float)[:, None]
+    t = np.linspace(0.0, 1.0, points + 2)[1:-1]
+    for _ in range(rounds):
+        grid = lo[:, None] + (up - lo)[:, None] * t[None, :]
+        got = delta_bounds_at(grid.ravel())
+        if got is None:
+            break
+        dl, du = (np.asarray(v, dtype=float).reshape(grid.shape) for v in got)
+        with np.errstate(invalid="ignore"):
+            ok_u, ok_l = du <= d, dl > d
+        nu = np.where(ok_u, grid, np.inf).min(axis=1)
+        nl = np.where(ok_l, grid, -np.inf).max(axis=1)
+        lo, up = np.maximum(lo, nl), np.minimum(up, nu)
+    return lo, up
+
