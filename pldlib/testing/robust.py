@@ -495,9 +495,9 @@ def _check_gaussian(rec, lo, up):
 def rel_width(rec):
     """Relative width of an answer: eps answers relative to |upper| (floor 1e-3); delta answers
     relative to |upper| (floor 1e-300); family delta / max_tpr answers with a representable truth
-    (a normal double) relative to the truth.  NaN (no width claim) where the truth is not
-    representable: a family truth outside the normal doubles, or a delta answer whose certified
-    upper end is below them."""
+    (a normal double) relative to the truth, NaN (no width claim) where that truth is outside the
+    normal doubles.  (By the 1e-300 floor a delta answer certified below about 1e-302, such as
+    [0, 5e-324], counts as narrow.)"""
     if rec["status"] != "ok" or rec["case"].get("method") == "rdp":  # (RDP: an upper end only)
         return math.nan
     lo, up = rec["lower"], rec["upper"]
@@ -509,8 +509,6 @@ def rel_width(rec):
         return (up - lo) / t if math.isfinite(up - lo) else math.inf
     if not (math.isfinite(lo) and math.isfinite(up)):
         return 0.0 if lo == up else math.inf
-    if rec["case"]["query"][0] == "delta" and 0 <= up < 2.3e-308:
-        return math.nan  # certified below the normal doubles: the truth is not representable either
     return (up - lo) / max(abs(up), 1e-300 if rec["case"]["query"][0] == "delta" else 1e-3)
 
 
