@@ -205,3 +205,20 @@ def test_an_explicit_spacing_is_never_interrupted(monkeypatch):
     a = pldlib.PLDAccountant("remove", spacing=1e-3, time_budget=0.5).compose(
         E.Sampled(E.GaussianEvent(1.0), 0.01, "poisson"), 1000)
     assert np.isfinite(a.epsilon(1e-5).upper) and not a.accuracy_limited
+
+
+def test_a_window_too_large_is_refused_before_the_optimistic_side_is_discretised(monkeypatch):
+    # an explicit spacing whose composition cannot fit the memory budget: the pessimistic side's
+    # window alone says so (a lower bound on the two-sided one), so the optimistic hull -- 10 s of
+    # work at this spacing -- is never computed for a refusal
+    from pldlib.methods import pld_grid
+
+    def no_hull(*a, **k):
+        raise AssertionError("the optimistic side was discretised for a refused composition")
+
+    monkeypatch.setattr(pld_grid, "convex_hull_optimistic", no_hull)
+    acc = A.PLDAccountant("remove", spacing=3.37e-05).compose(
+        E.Sampled(E.GaussianEvent(0.158), 0.0137, "poisson"), 46)
+    with pytest.raises(pldlib.GridTooLargeError, match=r"composition needs [\d,]+ grid points") as ei:
+        acc.delta(0.41)
+    assert ei.value.need > ei.value.limit

@@ -468,6 +468,10 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
             t = time.perf_counter()
             try:
                 uppers = st.uppers_at(cut_scale) if thinned is None else thinned[1]
+                if lower:  # (the pessimistic side's window alone, before the optimistic side is
+                    # discretised: a window too large for the grid is refused without that work)
+                    compose(uppers, None, st.counts, theta=theta, eps_from=eps_from, max_bins=self._bins(),
+                            cut_scale=cut_scale, dry_run=True)
                 comp = compose(uppers, st.lowers_at(cut_scale) if lower else None, st.counts,
                                theta=theta, eps_from=eps_from, max_bins=self._bins(), cut_scale=cut_scale)
             except GridTooLargeError as e:
