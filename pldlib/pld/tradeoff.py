@@ -203,8 +203,10 @@ def profile_power(eps: np.ndarray, d_lo: np.ndarray, d_up: np.ndarray, alpha: np
 
 
 def profile_argmins(eps: np.ndarray, d_lo: np.ndarray, d_up: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """The grid indices where the two minima of :func:`profile_power` are attained (for refining
-    the eps grid there; only the work depends on them, never the bounds)."""
+    """The grid indices where the two minima of :func:`profile_power` are attained, and the (at
+    most 16 lowest) cells whose lower value is still below the upper minimum -- the cells that
+    can hold the true minimum, where refining narrows the lower bound (for refining the eps grid
+    there; only the work depends on them, never the bounds)."""
     du = np.where(np.isnan(d_up), 1.0, np.minimum(d_up, 1.0))
     dl = np.where(np.isnan(d_lo), 0.0, np.clip(d_lo, 0.0, 1.0))
     with np.errstate(over="ignore"):
@@ -213,9 +215,15 @@ def profile_argmins(eps: np.ndarray, d_lo: np.ndarray, d_up: np.ndarray, alpha: 
     for j0 in range(0, alpha.size, 256):
         a = alpha[j0:j0 + 256, None]
         with np.errstate(over="ignore", invalid="ignore"):
-            out.append(np.argmin(du[None, :] + E[None, :] * a, axis=1))
+            ups = du[None, :] + E[None, :] * a
+            out.append(np.argmin(ups, axis=1))
             if eps.size > 1:
-                out.append(np.argmin(dl[None, 1:] + E[None, :-1] * a, axis=1))
+                cells = dl[None, 1:] + E[None, :-1] * a
+                out.append(np.argmin(cells, axis=1))
+                k = min(16, cells.shape[1])
+                low = np.argpartition(np.nan_to_num(cells, nan=np.inf), k - 1, axis=1)[:, :k]
+                keep = np.take_along_axis(cells, low, axis=1) < np.min(ups, axis=1)[:, None]
+                out.append(low[keep])
     return np.unique(np.concatenate(out)) if out else np.zeros(0, dtype=int)
 
 
