@@ -99,3 +99,23 @@ def test_a_refusing_companion_leaves_the_answer(monkeypatch):
     iv = fresh.delta(0.5)
     assert iv.upper >= own.upper and iv.lower <= own.lower
     assert mpmath.mpf(iv.upper) >= T.allocation_delta(1.5, 2, 0.5, "add")[0]
+
+
+def test_a_companion_never_builds_another(monkeypatch):
+    # the PLD companion's sharpening may ask the saddle-point accountant, whose own companion would
+    # be a PLD accountant again: while a companion answers, no other is read
+    seen = []
+    real = FS.companion
+
+    def spy(acc):
+        seen.append(type(acc).__name__)
+        return real(acc)
+
+    def sharpen_with_spa(self, kind, x, lo, up, t_start):  # (the companion asks SPA, as sharpening may)
+        SPAAccountant(self.relation, on_edge="flag").compose(*[(s.event, k) for s, k in self._steps][0]).delta(x)
+        return lo, up
+
+    monkeypatch.setattr(FS, "companion", spy)
+    monkeypatch.setattr(PLDAccountant, "_sharpen", sharpen_with_spa)
+    iv = _epoch(1.5, "add", SPAAccountant).delta(np.array([0.5]))
+    assert seen == ["SPAAccountant"] and iv.lower[0] <= iv.upper[0]

@@ -16,6 +16,7 @@ where it refuses.  Guarantee: certified (both ends); estimates of the calling me
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -29,6 +30,9 @@ BUDGET_SECONDS = 2.0
 #: the PLD accountant's class, registered by :mod:`.pld` when it is imported (``import pldlib``
 #: does); this module imports no accountant, so the accountants that use it import no circle
 _PLD = None
+#: set while a companion answers: a companion's own sharpening (which may ask the saddle-point
+#: accountant) never builds another companion
+_READING = threading.local()
 
 
 def register(cls) -> None:
@@ -85,10 +89,13 @@ def _make(acc):
 
 
 def _read(acc, fn, shape):
+    nan = np.full(shape, np.nan)
+    if getattr(_READING, "on", False):
+        return nan, nan.copy()
     pld = companion(acc)
     if pld is None:
-        nan = np.full(shape, np.nan)
         return nan, nan.copy()
+    _READING.on = True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (a budget-limited answer is certified, only wider)
@@ -96,8 +103,9 @@ def _read(acc, fn, shape):
         return (np.broadcast_to(np.asarray(lo, dtype=float), shape).copy(),
                 np.broadcast_to(np.asarray(up, dtype=float), shape).copy())
     except _SKIP + (TimeoutError,):
-        nan = np.full(shape, np.nan)
         return nan, nan.copy()
+    finally:
+        _READING.on = False
 
 
 def _ends(iv):
