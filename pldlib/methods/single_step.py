@@ -248,6 +248,20 @@ def exact_epsilon_bounds(ex, deltas):
     return _guarded(lambda d: ex.epsilon_bounds(np.asarray(d, dtype=float)), np.shape(deltas), deltas)
 
 
+def known_ends(acc, kind: str, x, lo, up):
+    """(lo, up), an accountant's certified answers to ``x`` (``kind`` "delta": epsilons asked;
+    "eps": deltas asked), intersected with what is read exactly: the step's own curve where the
+    composition is one step composed once, and the closed form of a composition that has one
+    (docs/MATH.md 0.8, 12)."""
+    one = of_accountant(acc)
+    if one is not None:
+        lo, up = intersect(lo, up, *(delta_bounds(one, x) if kind == "delta" else epsilon_bounds(one, x)))
+    ex = exact_of_accountant(acc)
+    if ex is not None:
+        lo, up = intersect(lo, up, *(exact_delta_bounds(ex, x) if kind == "delta" else exact_epsilon_bounds(ex, x)))
+    return lo, up
+
+
 def from_reverse(eps, r_lo, r_up):
     """Certified (lower, upper) of delta(eps) at eps < 0 from certified ends (r_lo, r_up) of the
     reversed relation's delta at -eps: delta(eps) = 1 - e^eps + e^eps delta_rev(-eps) (docs/MATH.md

@@ -906,15 +906,8 @@ class SPAAccountant(Accountant):
         for one summand certifies little, and with the closed form of a composition that has one
         (randomized response: Berry-Esseen on a lattice loss).  The estimates are unchanged, except
         where the certified ends meet to 1e-9: there they are the ends' midpoint."""
-        one = SS.of_accountant(self)
-        ex = SS.exact_of_accountant(self)
-        lo, up = out["lower"], out["upper"]
-        if one is not None:
-            l2, u2 = SS.delta_bounds(one, x) if kind == "delta" else SS.epsilon_bounds(one, x)
-            lo, up = SS.intersect(lo, up, l2, u2)
-        if ex is not None:  # a composition with a closed form (docs/MATH.md 0.8, 12)
-            l2, u2 = SS.exact_delta_bounds(ex, x) if kind == "delta" else SS.exact_epsilon_bounds(ex, x)
-            lo, up = SS.intersect(lo, up, l2, u2)
+        # one step composed once, a closed form: read exactly (docs/MATH.md 0.8, 12)
+        lo, up = SS.known_ends(self, kind, x, out["lower"], out["upper"])
         # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
         l2, u2 = FS.delta_bounds(self, x) if kind == "delta" else FS.epsilon_bounds(self, x)
         lo, up = SS.intersect(lo, up, l2, u2)
