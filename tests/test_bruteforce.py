@@ -285,3 +285,27 @@ def test_answers_do_not_depend_on_query_history():
     later = acc.epsilon(0.3)
     assert later.lower <= exact <= later.upper
     assert later.upper - later.lower <= 1e-6
+
+
+@pytest.mark.parametrize("method", ["pld", "prv", "spa"])
+@pytest.mark.parametrize("relation", ["add_remove", "remove"])
+def test_user_pair_at_negative_eps_is_not_read_off_its_reverse(method, relation):
+    """A user-supplied pair is composed as given for every relation, so its curve at eps < 0 is its
+    own, not 1 - e^eps + e^eps times its curve at -eps (MATH 0.5 needs a relation closed under
+    reversing pairs).  An asymmetric pair's exact curve (enumerated) stays inside both ends."""
+    from pldlib.methods import make_accountant
+
+    P, Q = [Fraction(6, 17), Fraction(11, 17)], [Fraction(10, 17), Fraction(7, 17)]
+    kw = {"on_edge": "flag"} if method == "spa" else ({"spacing": 0.05} if method == "pld" else {})
+    for k in (1, 2):
+        pairs = product_pair(P, Q, k)
+        acc = make_accountant(method, relation, **kw).compose(pldlib.Custom(profile=finite_profile(P, Q)).event, k)
+        eps = np.array([-0.3, -0.1])
+        iv = acc.delta(eps)
+        for e, lo, up in zip(eps, iv.lower, iv.upper):
+            exact = float(exact_delta(pairs, Fraction(math.exp(e))))
+            assert lo <= exact + 1e-12 and exact <= up + 1e-12, (k, e, lo, exact, up)
+        for d in (0.3, 0.5):  # (eps(0.3) = -0.17096 at k = 1: a PLD answer once bracketed on the reverse)
+            exact = exact_eps(pairs, Fraction(d))
+            iv = acc.epsilon(d)
+            assert iv.lower <= exact + 1e-9 and exact <= iv.upper + 1e-9, (k, d, iv, exact)

@@ -116,8 +116,13 @@ def test_one_step_extremal_data_set_inside_and_random_data_sets_below(sigma, n, 
 @pytest.mark.parametrize("sigma,n,B", [(1.0, 4, 2), (1.5, 3, 3)])
 def test_one_step_substitution_bracketed(sigma, n, B):
     cert = _certified(sigma, n, B, "substitution", EPS)
+    # the relation is symmetric (a pair and its reverse are both neighbours): its curve is the larger
+    # of the extremal pair's and its reverse's (they differ at eps < 0, MATH 0.5), and both lie below
+    # the upper end
     worst = [_truth([-1.0] * (n - 1), 1.0, B, sigma, e, "substitution", x_other=-1.0) for e in EPS]
-    for e, lo, up, t in zip(EPS, cert.lower, cert.upper, worst):
+    rev = [_truth([-1.0] * (n - 1), -1.0, B, sigma, e, "substitution", x_other=1.0) for e in EPS]
+    for e, lo, up, t, r in zip(EPS, cert.lower, cert.upper, worst, rev):
+        t = max(t, r)
         assert lo <= t * (1 + 1e-9) + 1e-15 and t <= up * (1 + 1e-9) + 1e-15, (e, lo, t, up)
     rng = np.random.default_rng(11)
     for _ in range(4):

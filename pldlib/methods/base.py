@@ -503,6 +503,19 @@ class Accountant:
     #: the relation whose pairs are the reverses of each relation's (docs/MATH.md 0.5)
     REVERSED = {"remove": "add", "add": "remove", "add_remove": "add_remove", "substitution": "substitution"}
 
+    def _reversal_applies(self) -> bool:
+        """Whether delta at eps < 0 may be read off the reversed relation's curve (docs/MATH.md 0.5):
+        not when a step is a user-supplied pair (``ProfileEvent``, also subsampled), which is composed
+        as given for every relation, so that the other relation's accountant composes the same pair,
+        not its reverse, and the pair's own curve need not be its reverse's."""
+        for s, _k in self._steps:
+            ev = s.event
+            if isinstance(ev, E.Sampled):
+                ev = ev.event
+            if isinstance(ev, E.ProfileEvent):
+                return False
+        return True
+
     def _reversed(self) -> "Accountant":
         """This composition under the reversed relation: its delta at -eps gives this one's at eps
         (docs/MATH.md 0.5).  add_remove and substitution are closed under reversing a pair, so they

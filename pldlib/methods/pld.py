@@ -27,6 +27,7 @@ from .._validate import GridTooLargeError, PrecisionLimitError
 from ..mechanisms import Mechanism
 from . import few_summands as FS
 from . import sharpen as S
+from . import single_step as SS
 from .base import Accountant, Interval, Step, StepsTables, as_event, branch_labels
 from .schedule import EpochStep, epoch_components, group_schedule
 from .pld_budget import (BYTES_PER_BIN, DEFAULT_MEMORY_BUDGET, DEFAULT_TIME_BUDGET, READ_FACTOR,  # noqa: F401
@@ -808,6 +809,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                                               lambda: grid.epsilon_bounds(deltas))
                     if not self._pinf[1] > 0:
                         lo, up = self._sharpen("eps", deltas, lo, up, t_start)
+                lo, up = self._negative_epsilon(deltas, lo, up, t_start)
             except DeadlineExceeded:
                 return self._out_of_time("eps", deltas, scalar)
         up = np.where(np.isnan(up), np.inf, up)  # no certificate: the trivial bound
@@ -820,6 +822,60 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         if scalar:
             return Interval(float(lo[0]), float(up[0]))
         return Interval(lo, up)
+
+    def _reversed_delta(self, eps: np.ndarray, t_start: float, sharpen: bool = True):
+        """Certified (lower, upper) of delta at ``eps`` < 0 from the reversed relation's delta at
+        -eps (docs/MATH.md 0.5: delta(eps) = 1 - e^eps + e^eps delta_rev(-eps)), or None.  Read
+        this way the answer keeps the reversed one's relative accuracy, where the grid's own
+        window may not even reach eps < 0.  add_remove and substitution read their own curve;
+        remove and add build the other relation's accountant of the same steps (automatic grids
+        only, and only when twice this one's set-up time fits in half of the time budget); it
+        shares this query's deadline.  ``sharpen=False``: the reversed answers are not sharpened.
+        Upper-only accountants are left as they are (their lower ends are 0, as documented)."""
+        if self.upper_only or not self._reversal_applies():
+            return None
+        rev = self._reversed()
+        if rev is not self and not rev._built:
+            if (not self._auto_grid() or self.time_budget is None
+                    or time.perf_counter() - t_start + 2.0 * self.setup_seconds > self.time_budget / 2):
+                return None
+        keep = rev.__dict__.get("_deadline"), rev.__dict__.get("_sharpening", False)
+        if rev is not self:
+            rev.__dict__["_deadline"] = self.__dict__.get("_deadline")
+        rev._sharpening = keep[1] or not sharpen
+        try:
+            r = rev.delta(-np.asarray(eps, dtype=float))
+        except SS._SKIP:  # (refused: this answer stands)
+            return None
+        finally:
+            if rev is not self:
+                rev.__dict__["_deadline"] = keep[0]
+            rev._sharpening = keep[1]
+        return SS.from_reverse(eps, r.lower, r.upper)
+
+    def _negative_epsilon(self, deltas: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
+        """An eps answer wider than 1% that reaches below 0, bracketed (:func:`single_step.bracket_epsilon`)
+        on the reversed curve's certified delta (:meth:`_reversed_delta`, unsharpened) from
+        [max(lower, ln(1 - delta)), min(upper, 0)]: eps(delta) >= ln(1 - delta) for every pair
+        (docs/MATH.md 0.7).  The upper end is only replaced where a bracket point certified it."""
+        with np.errstate(invalid="ignore"):
+            neg = np.nonzero((lo < 0) & ((up - lo) > S.WIDTH * np.maximum(np.abs(up), 1e-3)))[0]
+        if not neg.size or self.upper_only:
+            return lo, up
+        with np.errstate(divide="ignore"):
+            floor = np.log1p(-deltas[neg]) * (1 + 1e-12) - 1e-300
+        top = np.minimum(up[neg], 0.0)
+        start = np.maximum(lo[neg], floor)
+        ok = np.isfinite(start) & (start < top)
+        if not ok.any():
+            return lo, up
+        l2, u2 = np.full(neg.size, np.nan), np.full(neg.size, np.nan)
+        a, b = SS.bracket_epsilon(lambda e: self._reversed_delta(e, t_start, sharpen=False),
+                                  deltas[neg][ok], start[ok], top[ok])
+        l2[ok], u2[ok] = a, np.where(b < top[ok], b, np.nan)
+        lo, up = lo.copy(), up.copy()
+        lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
+        return lo, up
 
     def _out_of_time(self, kind: str, x: np.ndarray, scalar: bool) -> Interval:
         """The answer of a query whose work the hard deadline stopped (:mod:`pldlib._deadline`;
@@ -1005,6 +1061,12 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                                               lambda: grid.delta_bounds(eps))
                     if not self._pinf[1] > 0:
                         lo, up = self._sharpen("delta", eps, lo, up, t_start)
+                with np.errstate(invalid="ignore"):  # eps < 0, wider than 1% (or unanswered)
+                    neg = np.nonzero((eps < 0) & ~((up - lo) <= S.WIDTH * up))[0]
+                got = self._reversed_delta(eps[neg], t_start) if neg.size else None
+                if got is not None:  # 1 - e^eps + e^eps delta_rev(-eps) (MATH 0.5)
+                    lo[neg], up[neg] = SS.intersect(np.nan_to_num(lo[neg], nan=0.0), np.nan_to_num(up[neg], nan=1.0),
+                                                    *got)
             except DeadlineExceeded:
                 return self._out_of_time("delta", eps, scalar)
         up = np.where(np.isnan(up), 1.0, np.minimum(up, 1.0))  # no certificate: the trivial bound

@@ -1073,6 +1073,8 @@ class PRVAccountant(Accountant):
         as dear as this one) would not fit in half of the query's time, or it refuses.  Its
         sharpening (``sharpen=False``: none) shares this query's time (both end by t_start +
         SHARPEN_SECONDS)."""
+        if not self._reversal_applies():
+            return None
         rev = self._reversed()
         if rev is not self and not rev._built and \
                 time.perf_counter() - t_start + 2.0 * getattr(self, "setup_seconds", 0.0) > SHARPEN_SECONDS / 2:

@@ -912,7 +912,7 @@ class SPAAccountant(Accountant):
         l2, u2 = FS.delta_bounds(self, x) if kind == "delta" else FS.epsilon_bounds(self, x)
         lo, up = SS.intersect(lo, up, l2, u2)
         neg = np.nonzero(x < 0)[0] if kind == "delta" else np.zeros(0, dtype=int)
-        if neg.size and self._reversed() is self:
+        if neg.size and self._reversal_applies() and self._reversed() is self:
             # eps < 0: 1 - e^eps + e^eps delta_reversed(-eps) (docs/MATH.md 0.5), for the relations
             # that are their own reverse (add_remove, substitution: no second build)
             try:
