@@ -1055,14 +1055,33 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 self._ensure_built()
                 if self._exact is not None:
                     lo, up = self._exact.delta_bounds(eps)
-                else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
-                    grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
-                    lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "delta", eps,
-                                              lambda: grid.delta_bounds(eps))
-                    if not self._pinf[1] > 0:
-                        lo, up = self._sharpen("delta", eps, lo, up, t_start)
+                else:
+                    lo, up = np.full(eps.size, np.nan), np.full(eps.size, np.nan)
+                    todo = np.arange(eps.size)
+                    own = self._reversal_applies() and self._reversed() is self
+                    if own and (eps < 0).any():
+                        # eps < 0 off its own curve at -eps > 0 first (MATH 0.5), where the grid is
+                        # made for the answers: the grid below 0 is then read only where still wide
+                        neg = np.nonzero(eps < 0)[0]
+                        got = self._reversed_delta(eps[neg], t_start)
+                        if got is not None:
+                            lo[neg], up[neg] = got
+                            with np.errstate(invalid="ignore"):
+                                todo = np.nonzero(~((up - lo) <= S.WIDTH * up))[0]
+                    if todo.size:
+                        e2 = eps[todo]
+                        # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
+                        grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
+                        l2, u2 = with_unamplified(self._steps, self.relation, self.upper_only, "delta", e2,
+                                                  lambda: grid.delta_bounds(e2))
+                        if not self._pinf[1] > 0:
+                            l2, u2 = self._sharpen("delta", e2, l2, u2, t_start)
+                        lo[todo], up[todo] = SS.intersect(np.nan_to_num(l2, nan=0.0), np.nan_to_num(u2, nan=1.0),
+                                                          lo[todo], up[todo])
                 with np.errstate(invalid="ignore"):  # eps < 0, wider than 1% (or unanswered)
                     neg = np.nonzero((eps < 0) & ~((up - lo) <= S.WIDTH * up))[0]
+                if self._exact is not None or own:
+                    neg = neg[:0]  # (exact, or read off its own curve above)
                 got = self._reversed_delta(eps[neg], t_start) if neg.size else None
                 if got is not None:  # 1 - e^eps + e^eps delta_rev(-eps) (MATH 0.5)
                     lo[neg], up[neg] = SS.intersect(np.nan_to_num(lo[neg], nan=0.0), np.nan_to_num(up[neg], nan=1.0),
