@@ -117,9 +117,10 @@ SAMPLED = ["--mechanism", "gaussian", "--sigma", "1", "--q", "0.01"]
 
 
 def test_trivial_answer_has_note_status_4_and_json_fields():
-    """10^10 steps: no grid fits the budgets, the answer is the trivial interval. It was printed
-    as `-inf inf` with exit 0 and nothing on stderr."""
-    r = pldlib_cli("epsilon", *SAMPLED, "--steps", "10000000000", "--delta", "1e-5", "--json")
+    """10^10 steps of users of up to 3 records: no grid fits the budgets and the analytic bounds
+    certify nothing, the answer is the trivial interval.  (Without --group this was printed as
+    `-inf inf` with exit 0 and nothing on stderr; it now has an answer, next test.)"""
+    r = pldlib_cli("epsilon", *SAMPLED, "--group", "3", "--steps", "10000000000", "--delta", "1e-5", "--json")
     assert r.returncode == cli.EXIT_TRIVIAL == 4, r.stderr
     lines = note_lines(r.stderr)
     assert any("trivial answer at delta 1e-05" in l and "exit status 4" in l for l in lines)
@@ -144,6 +145,22 @@ def test_trivial_answer_table_and_delta():
     rows = [l.split() for l in r.stdout.splitlines()[2:]]
     for (e, lo, up, *_), eps in zip(rows, (1.0, -1.0)):
         assert float(up) == 1.0 and float(lo) <= max(0.0, -math.expm1(eps)) * (1 + 1e-9)
+
+
+def test_no_grid_fits_but_the_analytic_bounds_answer():
+    """10^10 steps: no grid fits the budgets; an eps answer with no finite upper end is asked of the
+    analytic bounds (Renyi-DP conversion, saddle point with its Berry-Esseen terms), which answer it
+    (it was the trivial [ln(1 - delta), inf]).  Both ends checked by independent bounds."""
+    delta, q, sigma, k = 1e-5, 0.01, 1.0, 10**10
+    r = pldlib_cli("epsilon", *SAMPLED, "--steps", str(k), "--delta", str(delta), "--json")
+    assert r.returncode == 0, r.stderr
+    assert all(l.startswith("pldlib: note: accuracy-limited: ") for l in note_lines(r.stderr))
+    obj = strict(r.stdout)
+    assert obj["accuracy_limited"] is True and obj["trivial"] is False
+    row, = obj["epsilon"]
+    assert row["upper"] - row["lower"] <= 1e-3 * row["upper"], row
+    assert sum_test_eps_lower(delta, q, sigma, k) <= row["upper"]
+    assert row["lower"] <= rdp_eps_upper(delta, q, sigma, k, orders=range(2, 8))
 
 
 def test_accuracy_limited_answer_says_so():

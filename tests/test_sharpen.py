@@ -267,3 +267,15 @@ def test_a_grid_limited_by_its_budgets_is_sharpened_by_the_central_limit_bounds(
     assert (iv.upper - iv.lower) / iv.upper < 0.01
     assert float(delta_gaussian(iv.lower, 2.48, 60_283_319, 7.67e-05, "add")) >= 2.45e-05
     assert float(delta_gaussian(iv.upper, 2.48, 60_283_319, 7.67e-05, "add")) <= 2.45e-05
+
+
+def test_an_eps_answer_with_an_infinite_end_counts_as_wide():
+    """An eps answer with no finite upper (or lower) end is sharpened too; a certain eps = +inf (both
+    ends +inf) and a NaN (no answer) are not; delta answers are unchanged."""
+    from pldlib.methods.sharpen import wide
+
+    inf, nan = float("inf"), float("nan")
+    lo = np.array([-1e-11, -inf, inf, 0.5, nan, 1.0])
+    up = np.array([inf, 2.0, inf, 0.5001, inf, 1.5])
+    assert wide("eps", lo, up).tolist() == [True, True, False, False, False, True]
+    assert wide("delta", np.array([0.0, 0.3]), np.array([1.0, 0.3001])).tolist() == [True, False]

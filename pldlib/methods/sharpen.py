@@ -29,7 +29,7 @@ from .._validate import PrecisionLimitError
 from .base import branch_labels
 
 __all__ = ["FACTORS", "MARGIN", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta", "rdp_delta",
-           "sharpen", "wide"]
+           "rdp_epsilon", "sharpen", "wide"]
 
 #: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
 WIDTH = 0.01
@@ -52,13 +52,27 @@ _SKIP = (MemoryError, ArithmeticError, ValueError, NotImplementedError, Precisio
 
 
 def wide(kind: str, lo: np.ndarray, up: np.ndarray, width: float = WIDTH) -> np.ndarray:
-    """Where a finite answer is wider than ``width`` relative to its upper end (eps answers:
-    relative to at least 1e-3)."""
+    """Where an answer is wider than ``width`` relative to its upper end (eps answers: relative to
+    at least 1e-3), an eps answer with an infinite end included (not a certain eps = +inf, both
+    ends +inf; NaN ends are not answers)."""
     with np.errstate(invalid="ignore"):
         scale = np.maximum(np.abs(up), 1e-3) if kind == "eps" else np.abs(up)
         out = np.isfinite(lo) & np.isfinite(up) & ((up - lo) > width * scale)
+        if kind == "eps":
+            return out | (~np.isnan(lo) & ~np.isnan(up) & ~(lo == up) & ~(np.isfinite(lo) & np.isfinite(up)))
         # (a delta bound of the smallest double cannot be narrowed in doubles)
-        return out & (up > 5e-324) if kind == "delta" else out
+        return out & (up > 5e-324)
+
+
+def rdp_epsilon(relation: str, events: Sequence, deltas: np.ndarray) -> np.ndarray:
+    """Certified upper bounds on eps(delta) from the Renyi-DP accountant's conversion (as
+    :func:`rdp_delta`)."""
+    from .rdp import RDPAccountant
+
+    acc = RDPAccountant(relation)
+    for ev, k in events:
+        acc.compose(ev, k)
+    return np.asarray(acc.epsilon(np.asarray(deltas, dtype=float)).upper, dtype=float)
 
 
 def rdp_delta(relation: str, events: Sequence, eps: np.ndarray) -> np.ndarray:
@@ -137,6 +151,12 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     if not analytic:
         return lo, up
     small = (up < TINY) if kind == "delta" else (x < TINY)
+    idx = np.nonzero(wide(kind, lo, up) & ~np.isfinite(up))[0] if kind == "eps" and events else []
+    if len(idx):
+        try:  # no finite upper end: the Renyi-DP conversion's (closed-form curves, milliseconds)
+            _merge(lo, up, np.full(idx.size, -np.inf), rdp_epsilon(relation, events, x[idx]), idx)
+        except _SKIP:
+            pass
     idx = np.nonzero(wide(kind, lo, up) & small)[0]
     if idx.size and kind == "delta" and events:
         try:  # the Renyi-DP conversion first (closed-form curves: milliseconds, Gaussian noise only)
