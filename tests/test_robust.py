@@ -66,3 +66,19 @@ def test_report_carries_the_childs_traceback():
            "trace": "Traceback (most recent call last):\n  File \"x.py\", line 3, in f\nSystemError: error return\n"}
     text = R.report([rec], "t", "cmd")
     assert "- other exceptions: 1" in text and 'File "x.py", line 3, in f' in text
+
+
+def test_width_causes_name_shuffling_before_the_method():
+    """A wide shuffled-epoch answer is put down to shuffling (its worst case is unknown: the ends are
+    the zero-dataset pair's and no amplification's), whatever the method; others keep their cause."""
+    from pldlib.testing.robust import width_cause
+
+    def rec(method, scheme, query=("delta", 1.0), upper=0.5):
+        step = {"kind": "alloc", "sigma": 1.0, "t": 2, "scheme": scheme}
+        return {"case": {"method": method, "relation": "add", "steps": [[step, 2]], "query": list(query)},
+                "upper": upper, "lower": 0.1}
+
+    assert width_cause(rec("prv", "shuffle")).startswith("shuffle")
+    assert width_cause(rec("pld", "shuffle")).startswith("shuffle")
+    assert width_cause(rec("prv", "random_allocation")).startswith("method prv")
+    assert width_cause(rec("pld", "random_allocation")).startswith("random allocation")

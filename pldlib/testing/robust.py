@@ -513,12 +513,15 @@ def rel_width(rec):
 
 
 def width_cause(rec) -> str:
-    """Why an answer is wider than 1% (the first that applies): the method's own accuracy (prv,
+    """Why an answer is wider than 1% (the first that applies): shuffling (the ends are the
+    zero-dataset pair's and no amplification's, docs/MATH.md 13.4-13.5), the method's own accuracy (prv,
     spa), the budgets (accuracy-limited), an explicit spacing, random allocation's proven gap, a
     delta answer below 1e-10 (the truncated tails' 1e-32-scale mass), eps at delta < 1e-12, eps < 0.1
     (relative to a small answer), otherwise "other"."""
     c = rec["case"]
     what, x = c["query"]
+    if any(s.get("scheme") == "shuffle" for s, _ in c["steps"]):
+        return "shuffle (its worst case is not known: between the zero-dataset pair and no amplification)"
     if c.get("method", "pld") != "pld":
         return f"method {c['method']} (its own accuracy)"
     if c.get("spacing"):
