@@ -829,15 +829,15 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         this way the answer keeps the reversed one's relative accuracy, where the grid's own
         window may not even reach eps < 0.  add_remove and substitution read their own curve;
         remove and add build the other relation's accountant of the same steps (automatic grids
-        only, and only when twice this one's set-up time fits in half of the time budget); it
-        shares this query's deadline.  ``sharpen=False``: the reversed answers are not sharpened.
+        only, and only when the time taken plus twice this one's set-up time is within 0.8 of the
+        time budget); it shares this query's deadline (work past it is stopped: this answer stands).  ``sharpen=False``: the reversed answers are not sharpened.
         Upper-only accountants are left as they are (their lower ends are 0, as documented)."""
         if self.upper_only or not self._reversal_applies():
             return None
         rev = self._reversed()
         if rev is not self and not rev._built:
             if (not self._auto_grid() or self.time_budget is None
-                    or time.perf_counter() - t_start + 2.0 * self.setup_seconds > self.time_budget / 2):
+                    or time.perf_counter() - t_start + 2.0 * self.setup_seconds > 0.8 * self.time_budget):
                 return None
         keep = rev.__dict__.get("_deadline"), rev.__dict__.get("_sharpening", False)
         if rev is not self:
