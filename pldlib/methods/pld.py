@@ -830,8 +830,9 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         window may not even reach eps < 0.  add_remove and substitution read their own curve;
         remove and add build the other relation's accountant of the same steps (automatic grids
         only, and only when the time taken plus twice this one's set-up time is within 0.8 of the
-        time budget); it shares this query's deadline (work past it is stopped: this answer stands).  ``sharpen=False``: the reversed answers are not sharpened.
-        Upper-only accountants are left as they are (their lower ends are 0, as documented)."""
+        time budget); it shares this query's deadline (work past it is stopped: this answer
+        stands).  ``sharpen=False``: the reversed answers are not sharpened.  Upper-only
+        accountants are left as they are (their lower ends are 0, as documented)."""
         if self.upper_only or not self._reversal_applies():
             return None
         rev = self._reversed()
@@ -1058,7 +1059,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 else:
                     lo, up = np.full(eps.size, np.nan), np.full(eps.size, np.nan)
                     todo = np.arange(eps.size)
-                    own = self._reversal_applies() and self._reversed() is self
+                    own = self.REVERSED.get(self.relation) == self.relation and self._reversal_applies()
                     if own and (eps < 0).any():
                         # eps < 0 off its own curve at -eps > 0 first (MATH 0.5), where the grid is
                         # made for the answers: the grid below 0 is then read only where still wide
