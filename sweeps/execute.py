@@ -416,8 +416,16 @@ def _run_sweep(config, *, store, client, scheduler, workers, restart, retries, p
         else:
             store_state = "half" if claim.action == "restart" else "none"
             claim.abandon()  # stopped before the store was made: remove only what this driver made
+        ok = report.ok
+        if store_state == "kept" and not layout.sharded:
+            # (a signal between a block's write and its count: the store is the record)
+            try:
+                now = block_states(plan, read_status(path), read_status(path, "tpr_status") if plan.fprs else None)
+                ok = max(ok, int(((now == STATUS_OK) & (states != STATUS_OK)).sum()))
+            except Exception:  # (the message then counts what this driver counted)
+                pass
         try:  # what the command line's one-line message says (interrupted / terminated)
-            e.sweeps_progress = {"store": path, "state": store_state, "written": report.ok + report.failed}
+            e.sweeps_progress = {"store": path, "state": store_state, "written": ok + report.failed}
         except AttributeError:
             pass
         raise
