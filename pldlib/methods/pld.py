@@ -855,28 +855,12 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         return SS.from_reverse(eps, r.lower, r.upper)
 
     def _negative_epsilon(self, deltas: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
-        """An eps answer wider than 1% that reaches below 0, bracketed (:func:`single_step.bracket_epsilon`)
-        on the reversed curve's certified delta (:meth:`_reversed_delta`, unsharpened) from
-        [max(lower, ln(1 - delta)), min(upper, 0)]: eps(delta) >= ln(1 - delta) for every pair
-        (docs/MATH.md 0.7).  The upper end is only replaced where a bracket point certified it."""
-        with np.errstate(invalid="ignore"):
-            neg = np.nonzero((lo < 0) & ((up - lo) > S.WIDTH * np.maximum(np.abs(up), 1e-3)))[0]
-        if not neg.size or self.upper_only:
+        """An eps answer wider than 1% that reaches below 0, bracketed on the reversed curve's
+        certified delta (:meth:`_reversed_delta`, unsharpened; :func:`single_step.bracket_negative_epsilon`)."""
+        if self.upper_only:
             return lo, up
-        with np.errstate(divide="ignore"):
-            floor = np.log1p(-deltas[neg]) * (1 + 1e-12) - 1e-300
-        top = np.minimum(up[neg], 0.0)
-        start = np.maximum(lo[neg], floor)
-        ok = np.isfinite(start) & (start < top)
-        if not ok.any():
-            return lo, up
-        l2, u2 = np.full(neg.size, np.nan), np.full(neg.size, np.nan)
-        a, b = SS.bracket_epsilon(lambda e: self._reversed_delta(e, t_start, sharpen=False),
-                                  deltas[neg][ok], start[ok], top[ok])
-        l2[ok], u2[ok] = a, np.where(b < top[ok], b, np.nan)
-        lo, up = lo.copy(), up.copy()
-        lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, u2)
-        return lo, up
+        return SS.bracket_negative_epsilon(lambda e: self._reversed_delta(e, t_start, sharpen=False),
+                                           deltas, lo, up, S.WIDTH)
 
     def _out_of_time(self, kind: str, x: np.ndarray, scalar: bool) -> Interval:
         """The answer of a query whose work the hard deadline stopped (:mod:`pldlib._deadline`;

@@ -1042,25 +1042,10 @@ class PRVAccountant(Accountant):
         lo, up = SS.known_ends(self, "eps", deltas, lo, up)
         # a few summands: the PLD accountant's certified ends too (docs/MATH.md 0.9)
         lo, up = SS.intersect(lo, up, *FS.epsilon_bounds(self, deltas))
-        # a wide answer that reaches below 0: bracketed on the reversed curve's delta (MATH 0.5), from
-        # eps(delta) >= ln(1 - delta) (every pair, MATH 0.7), on the reversed accountant's unsharpened
-        # answers (a finer mesh for each of the bracket's points would not fit the time)
-        with np.errstate(divide="ignore"):
-            floor = np.log1p(-deltas) * (1 + 1e-12) - 1e-300
-        with np.errstate(invalid="ignore"):  # (wider than 1%, an infinite end included)
-            neg = np.nonzero((lo < 0) & ((up - lo) > S.WIDTH * np.maximum(np.abs(up), 1e-3)))[0]
-        if neg.size:
-            def at(e):
-                return self._reversed_delta(e, t_start, sharpen=False)
-            top = np.minimum(up[neg], 0.0)
-            start = np.maximum(lo[neg], floor[neg])
-            ok = np.isfinite(start) & (start < top)
-            l2, u2 = np.full(neg.size, np.nan), np.full(neg.size, np.nan)
-            if ok.any():
-                a, b = SS.bracket_epsilon(at, deltas[neg][ok], start[ok], top[ok])
-                l2[ok], u2[ok] = a, b
-            # (the upper end is only certified by a point found: where none was, it stays)
-            lo[neg], up[neg] = SS.intersect(lo[neg], up[neg], l2, np.where(u2 < top, u2, np.nan))
+        # a wide answer that reaches below 0: bracketed on the reversed accountant's unsharpened
+        # answers (MATH 0.5; a finer mesh for each of the bracket's points would not fit the time)
+        lo, up = SS.bracket_negative_epsilon(lambda e: self._reversed_delta(e, t_start, sharpen=False),
+                                             deltas, lo, up, S.WIDTH)
         lo, up = self._sharpened("eps", deltas, lo, up, t_start)
         est = np.clip(est, lo, up)
         if scalar:

@@ -302,3 +302,28 @@ def bracket_epsilon(delta_bounds_at, deltas, lo, up, points: int = 32, rounds: i
         lo, up = np.maximum(lo, nl), np.minimum(up, nu)
     return lo, up
 
+
+def bracket_negative_epsilon(delta_bounds_at, deltas, lo, up, width: float = 0.01):
+    """(lower, upper) of eps(delta) answers ``lo``, ``up`` (arrays) where those wider than ``width``
+    (relative to at least 1e-3, an infinite end included) that reach below 0 are bracketed by
+    :func:`bracket_epsilon` on ``delta_bounds_at`` (certified delta at eps < 0, e.g. read off the
+    reversed curve, docs/MATH.md 0.5) from [max(lower, ln(1 - delta)), min(upper, 0)]: eps(delta)
+    >= ln(1 - delta) for every pair (0.7), rounded down here.  The upper end is replaced only where
+    a bracket point certified it (never by the search's top of 0)."""
+    deltas = np.asarray(deltas, dtype=float)
+    lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
+    with np.errstate(invalid="ignore"):
+        neg = np.nonzero((lo < 0) & ((up - lo) > width * np.maximum(np.abs(up), 1e-3)))[0]
+    if not neg.size:
+        return lo, up
+    with np.errstate(divide="ignore"):
+        floor = np.log1p(-deltas[neg]) * (1 + 1e-12) - 1e-300
+    top = np.minimum(up[neg], 0.0)
+    start = np.maximum(lo[neg], floor)
+    ok = np.isfinite(start) & (start < top)
+    if not ok.any():
+        return lo, up
+    l2, u2 = np.full(neg.size, np.nan), np.full(neg.size, np.nan)
+    l2[ok], u2[ok] = bracket_epsilon(delta_bounds_at, deltas[neg][ok], start[ok], top[ok])
+    lo[neg], up[neg] = intersect(lo[neg], up[neg], l2, np.where(u2 < top, u2, np.nan))
+    return lo, up
