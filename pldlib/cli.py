@@ -62,7 +62,7 @@ from ._validate import PrecisionLimitError
 from .calibrate import CalibrationError
 from ._validate import GridTooLargeError
 from .pld.compose import DEFAULT_MAX_BINS
-from .methods.pld import AccuracyLimitedWarning
+from .methods.pld import DEFAULT_MEMORY_BUDGET, DEFAULT_TIME_BUDGET, AccuracyLimitedWarning
 from .mechanisms import Gaussian, Mechanism, mechanism_names, mechanism_spec
 
 __all__ = ["main", "build_parser", "MECHANISMS", "EXIT_OK", "EXIT_USAGE", "EXIT_LIMIT", "EXIT_TRIVIAL"]
@@ -92,7 +92,7 @@ SAMPLINGS = sampling_names()
 
 #: method options the CLI exposes: flag -> constructor keyword of the accountant
 METHOD_OPTIONS = {"--spacing": "spacing", "--eps-error": "eps_error", "--delta-error": "delta_error",
-                  "--max-bins": "max_bins"}
+                  "--max-bins": "max_bins", "--time-budget": "time_budget", "--memory-budget": "memory_budget"}
 #: per-method defaults of the CLI that differ from the constructor's
 CLI_DEFAULTS = {"spa": {"on_edge": "flag"}}
 
@@ -242,6 +242,20 @@ _delta_error = _arg(V.probability_open)
 _count = _arg(V.int_at_least, 1)
 
 
+def _memory(text: str) -> int:
+    """A byte count: an integer, optionally with a suffix k, M or G (powers of 1024), at least 1M."""
+    t = text.strip()
+    scale = {"k": 2**10, "m": 2**20, "g": 2**30}.get(t[-1:].lower(), 1)
+    number = t[:-1] if scale != 1 else t
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (e.g. 500M, 2G, 1073741824)") from None
+    if not math.isfinite(value) or value * scale < 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite byte count of at least 1M")
+    return int(value * scale)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("mechanism")
     g.add_argument("--mechanism", required=True, choices=sorted(mechanisms()),
@@ -282,6 +296,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="prv only: target error in delta (default 1e-12)")
     a.add_argument("--max-bins", type=_max_bins, default=None,
                    help=f"pld / prv: cap on the FFT length (memory guard; default {DEFAULT_MAX_BINS})")
+    a.add_argument("--time-budget", type=_positive_finite, default=None, metavar="SECONDS",
+                   help=f"pld only: seconds a query (or the build) may spend on an automatic grid "
+                        f"(default {DEFAULT_TIME_BUDGET:g}); past it the grid is coarsened and the answer "
+                        f"flagged accuracy-limited (still certified)")
+    a.add_argument("--memory-budget", type=_memory, default=None, metavar="BYTES",
+                   help=f"pld / prv: memory the automatic grid may use, in bytes or with a suffix "
+                        f"k, M, G (default {DEFAULT_MEMORY_BUDGET / 2**30:g}G)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     _add_debug(p)
 

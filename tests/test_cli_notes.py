@@ -137,7 +137,8 @@ def test_trivial_answer_has_note_status_4_and_json_fields():
 def test_trivial_answer_table_and_delta():
     # (users of up to 3 records: no grid fits the budgets, and the saddle-point bounds certify nothing
     # this close to delta = 1; without --group they now give a lower end, e.g. delta(1) >= 0.81)
-    r = pldlib_cli("delta", *SAMPLED, "--group", "3", "--steps", "10000000000", "--epsilon", "1", "-1")
+    r = pldlib_cli("delta", *SAMPLED, "--group", "3", "--steps", "10000000000", "--epsilon", "1", "-1",
+                   "--time-budget", "2")  # (a smaller budget: it is trivial at 10 s too)
     assert r.returncode == 4, r.stderr
     lines = note_lines(r.stderr)
     assert any("trivial answer at epsilon 1, -1" in l for l in lines)
@@ -181,6 +182,30 @@ def test_accuracy_limited_answer_says_so():
     assert 4000 < lower_ref <= row["upper"]
     assert row["lower"] <= upper_ref
     assert row["lower"] <= row["upper"]
+
+
+def test_budget_flags_reach_the_accountant_and_are_checked(capsys):
+    """--time-budget / --memory-budget: a small budget gives a wider answer, flagged, still
+    containing the independent bounds; bad values and methods that do not take them exit 2."""
+    delta, q, sigma, k = 1e-5, 0.01, 1.0, 10**8
+    r = pldlib_cli("epsilon", *SAMPLED, "--steps", str(k), "--delta", str(delta), "--json",
+                   "--time-budget", "1", "--memory-budget", "64M")
+    assert r.returncode == 0, r.stderr
+    obj = strict(r.stdout)
+    assert obj["accuracy_limited"] is True
+    assert "67,108,864 bytes" in obj["notes"][0] and "1.0 s" in obj["notes"][0], obj["notes"]
+    row, = obj["epsilon"]
+    assert sum_test_eps_lower(delta, q, sigma, k) <= row["upper"]
+    assert row["lower"] <= rdp_eps_upper(delta, q, sigma, k, orders=range(2, 8))
+    for extra, says in ((["--time-budget", "0"], "--time-budget: must be > 0"),
+                        (["--time-budget", "nan"], "--time-budget"),
+                        (["--memory-budget", "12x"], "is not a byte count"),
+                        (["--memory-budget", "1k"], "at least 1M"),
+                        (["--method", "spa", "--time-budget", "5"], "applies to --method pld only"),
+                        (["--method", "spa", "--memory-budget", "1G"], "applies to --method pld / prv only")):
+        code = cli.main(["epsilon", *SAMPLED, "--steps", "10", "--delta", "1e-5", *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (extra, err)
 
 
 def test_normal_answer_no_note_exit_0():
