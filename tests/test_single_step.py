@@ -36,6 +36,28 @@ def test_delta_bounds_hold_the_closed_form(sigma, q, relation):
             assert u - l_ <= 1e-9 * d[0] + 1e-300
 
 
+@pytest.mark.parametrize("relation", ["add", "remove", "add_remove"])
+def test_pld_accountant_reads_one_step_off_its_own_curve_below_the_grid_floor(relation):
+    """One step composed once: the PLD accountant's wide answers are intersected with the step's
+    own curve, as the PRV and saddle-point accountants' are.  delta(0.05) of sigma 5.49, q 6.3e-4
+    is about 1e-133, far below the grid's floor (the grid alone answered [0, 9e-31])."""
+    sigma, q = 5.486870232452013, 0.000634493088848515
+    acc = pldlib.PLDAccountant(relation).compose(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), 1)
+    eps = np.array([-0.3, 0.01, 0.03, 0.05])
+    iv = acc.delta(eps)
+    for j, e in enumerate(eps):
+        d = float(T.poisson_gauss_delta1(sigma, q, e, relation)[0])
+        assert iv.lower[j] <= d * (1 + 1e-12) and iv.upper[j] >= d * (1 - 1e-12), (e, d, iv)
+        if d > 1e-290:  # (narrow: the grid alone left every answer below 1e-30 as [0, floor])
+            assert iv.upper[j] - iv.lower[j] <= 1e-6 * d, (e, d, iv)
+    # eps at a tiny delta: both ends checked through the closed form of delta
+    for delta in (1e-60, 1e-120):
+        e_iv = acc.epsilon(delta)
+        assert e_iv.upper - e_iv.lower <= 1e-3 * abs(e_iv.upper), e_iv
+        assert float(T.poisson_gauss_delta1(sigma, q, e_iv.upper, relation)[0]) <= delta * (1 + 1e-9)
+        assert float(T.poisson_gauss_delta1(sigma, q, e_iv.lower, relation)[0]) >= delta * (1 - 1e-9)
+
+
 @pytest.mark.parametrize("delta", [0.3, 1e-3, 1e-8, 1e-14])
 def test_epsilon_bounds_bracket_the_truth(delta):
     sigma, q = 0.8, 0.1

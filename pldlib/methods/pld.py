@@ -805,8 +805,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                     lo, up = self._exact.epsilon_bounds(deltas)
                 else:  # (random allocation / shuffle: also the unamplified bounds, the better of each, MATH 13.5)
                     grid = X.PinfWrapped(self._pinf, None, lambda d: self._auto(self._epsilon, d))
-                    lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
-                                              lambda: grid.epsilon_bounds(deltas))
+                    try:
+                        lo, up = with_unamplified(self._steps, self.relation, self.upper_only, "eps", deltas,
+                                                  lambda: grid.epsilon_bounds(deltas))
+                    except PrecisionLimitError as err:  # (beyond the grid: a single step reads its own curve)
+                        lo, up = self._one_step_instead(deltas, err)
                     if not self._pinf[1] > 0:
                         lo, up = self._sharpen("eps", deltas, lo, up, t_start)
                 lo, up = self._negative_epsilon(deltas, lo, up, t_start)
@@ -883,6 +886,43 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         return Interval(lo, up)
 
     # -- sharpening wide answers (docs/MATH.md 5.9) -----------------------------------------
+    def _one_step(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray):
+        """Wide answers of a single step composed once, intersected with the step's own curve read
+        off its pairs (:mod:`.single_step`, docs/MATH.md 0.8; certified to the accuracy of the
+        profile's sf values), as the PRV and saddle-point accountants do.  The grid's floor (about
+        1e-30) is where a one-step grid is widest: delta(0.05) of sigma 5.5, q 6.3e-4 is 1.1e-133,
+        which the grid answered [0, 9e-31].  Delta answers read it at once (milliseconds); eps
+        answers after the finer grids (:meth:`_sharpen`: its bisection reads the curve ~160 times,
+        up to seconds for mixture pairs)."""
+        lo, up = np.asarray(lo, dtype=float), np.asarray(up, dtype=float)
+        need = np.nonzero(S.wide(kind, lo, up))[0]
+        one = self._one_step_pairs() if need.size else None
+        if one is None:
+            return lo, up
+        read = SS.delta_bounds if kind == "delta" else SS.epsilon_bounds
+        lo, up = lo.copy(), up.copy()
+        l2, u2 = read(one, x[need])
+        lo[need], up[need] = SS.intersect(lo[need], up[need], l2, u2)
+        return lo, up
+
+    def _one_step_instead(self, deltas: np.ndarray, err: PrecisionLimitError):
+        """eps(delta) of a single step composed once, read off its own curve alone where the grid
+        refuses (a delta below what its round-off can certify); re-raises the refusal unless every
+        answer has two finite ends."""
+        one = self._one_step_pairs()
+        if one is not None:
+            lo, up = SS.epsilon_bounds(one, deltas)
+            if np.all(np.isfinite(lo) & np.isfinite(up)):
+                return lo, up
+        raise err
+
+    def _one_step_pairs(self):
+        """The pairs of a single step composed once (:func:`.single_step.of_accountant`), or None
+        (also for upper-only accountants and epochs of random allocation and shuffling)."""
+        if self.upper_only or any(isinstance(m, EpochStep) for m, _ in self._steps):
+            return None
+        return SS.of_accountant(self)
+
     def _sharpen(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
         """Narrow answers wider than 1% (:func:`pldlib.methods.sharpen.sharpen`, docs/MATH.md 5.9):
         the same composition on grids 4 and 16 times finer while that fits the time budget, then
@@ -906,13 +946,15 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 acc.compose(s.event, k)
             return acc.epsilon(xs) if kind == "eps" else acc.delta(xs)
 
+        one = self._one_step_pairs()
         self._sharpening = True
         try:
             return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
                              deadline=self.__dict__.get("_deadline"),
                              finer=None if self.accuracy_limited else finer, relation=self.relation,
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
-                             analytic_everywhere=self.accuracy_limited)
+                             analytic_everywhere=self.accuracy_limited,
+                             exact=None if one is None else (lambda xs: SS.epsilon_bounds(one, xs)))
         finally:
             self._sharpening = False
 
@@ -1059,6 +1101,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                         grid = X.PinfWrapped(self._pinf, lambda e: self._auto(self._combine, e, "delta"), None)
                         l2, u2 = with_unamplified(self._steps, self.relation, self.upper_only, "delta", e2,
                                                   lambda: grid.delta_bounds(e2))
+                        l2, u2 = self._one_step("delta", e2, l2, u2)
                         if not self._pinf[1] > 0:
                             l2, u2 = self._sharpen("delta", e2, l2, u2, t_start)
                         lo[todo], up[todo] = SS.intersect(np.nan_to_num(l2, nan=0.0), np.nan_to_num(u2, nan=1.0),

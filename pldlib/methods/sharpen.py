@@ -112,7 +112,8 @@ def chernoff_delta(components: Sequence, eps: np.ndarray) -> np.ndarray:
 
 def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | None,
             finer: Callable[[float, np.ndarray], object] | None, relation: str, components: Sequence,
-            events: Sequence, analytic_everywhere: bool = False, analytic: bool = True):
+            events: Sequence, analytic_everywhere: bool = False, analytic: bool = True,
+            exact: Callable[[np.ndarray], tuple] | None = None):
     """The sharpened (lower, upper) of answers ``lo``, ``up`` to queries ``x`` (``kind`` "eps":
     deltas asked; "delta": epsilons asked).
 
@@ -122,7 +123,10 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     Chernoff bound) and ``events``: (event, count) pairs (the saddle-point accountant) of the
     composition; ``analytic_everywhere``: ask the saddle-point bounds for every wide answer,
     not only tiny ones (a grid limited by its budgets: the central-limit regime);
-    ``analytic=False``: step 1 only (answers that are not delta or eps, e.g. trade-off powers).
+    ``analytic=False``: step 1 only (answers that are not delta or eps, e.g. trade-off powers);
+    ``exact(xs)``: certified (lower, upper) of a single step composed once read off its own curve
+    (:mod:`.single_step`), asked after step 1; the saddle-point bounds are then not asked (for one
+    summand their Berry-Esseen terms certify nothing narrower, and they read the same curve).
     """
     lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
     if not wide(kind, lo, up).any():
@@ -148,6 +152,14 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
             break
         took = max(took, (time.perf_counter() - t1) / f)
         _merge(lo, up, iv.lower, iv.upper, idx)
+    if exact is not None:
+        idx = np.nonzero(wide(kind, lo, up))[0]
+        if idx.size:
+            try:
+                l2, u2 = exact(x[idx])
+                _merge(lo, up, l2, u2, idx)
+            except _SKIP:
+                pass
     if not analytic:
         return lo, up
     small = (up < TINY) if kind == "delta" else (x < TINY)
@@ -174,7 +186,7 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
             pass
     ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere)
     idx = np.nonzero(ask)[0]
-    if idx.size and left() > SPA_SECONDS / 2 + MARGIN:
+    if idx.size and exact is None and left() > SPA_SECONDS / 2 + MARGIN:
         from .spa import SPAAccountant
 
         # (a grid limited by its budgets has nothing better to spend the time left on: the tables
