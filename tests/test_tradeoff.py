@@ -23,7 +23,9 @@ def rr_f(eps0, a):
     return np.maximum.reduce([np.zeros_like(a), 1 - math.exp(eps0) * a, math.exp(-eps0) * (1 - a)])
 
 
-@pytest.mark.parametrize("sigma,k", [(0.8, 1), (1.0, 10), (2.0, 16), (5.0, 100), (20.0, 1000)])
+# (unsampled Gaussian steps are combined into one Gaussian of mu = sqrt(k) / sigma first: (5.0, 100),
+# the same mu = 2 as (2.0, 16), gave the same answers bit for bit and is left out)
+@pytest.mark.parametrize("sigma,k", [(0.8, 1), (1.0, 10), (2.0, 16), (20.0, 1000)])
 def test_kfold_gaussian_bracketed(sigma, k):
     acc = PLDAccountant("add_remove").compose(GaussianEvent(sigma), k)
     iv = acc.tradeoff(ALPHAS)

@@ -8,6 +8,7 @@ each pair's likelihood ratio is monotone in the output x, so the most powerful t
 a half-line whose end is found by bisection at the level alpha.  Every method's interval
 (max_tpr, tradeoff, gdp_mu) must contain it, at a relative slack of 1e-9.
 """
+import functools
 import math
 import warnings
 
@@ -42,6 +43,8 @@ def _sf(x):
     return mp.ncdf(-x)
 
 
+# (the exact powers are cached: every method's cases, and the other tests, ask for the same points)
+@functools.lru_cache(maxsize=None)
 def np_remove(s, q, a):
     """P = (1-q) N(0,s^2) + q N(1,s^2) against Q = N(0,s^2): LR increasing in x, reject x > t."""
     with mp.workdps(DPS):
@@ -50,6 +53,7 @@ def np_remove(s, q, a):
         return (1 - q) * _sf(t / s) + q * _sf((t - 1) / s)
 
 
+@functools.lru_cache(maxsize=None)
 def np_add(s, q, a):
     """The reversed pair: P = N(0,s^2) against Q = (1-q) N(0,s^2) + q N(1,s^2): LR decreasing in x,
     reject x < t."""
@@ -59,6 +63,7 @@ def np_add(s, q, a):
         return mp.ncdf(t / s)
 
 
+@functools.lru_cache(maxsize=None)
 def np_subst(s, q, a):
     """P = (1-q) N(0,s^2) + q N(1,s^2) against Q = (1-q) N(0,s^2) + q N(-1,s^2): LR increasing in x
     (the pair is its own reverse up to x -> -x: one direction)."""
@@ -266,6 +271,7 @@ def test_every_registered_method_answers_or_refuses():
                 acc.max_tpr(0.1)
 
 
+@functools.lru_cache(maxsize=None)
 def np_with_rr(direction, s, q, eps0, a):
     """Neyman-Pearson power of (the remove or add Gaussian pair) x (eps0-randomized response):
     the likelihood ratio is l(x) e^{+-eps0}; for a threshold c, each RR answer r gets its own
