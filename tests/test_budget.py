@@ -200,6 +200,20 @@ def test_an_interrupted_build_answers_the_trivial_interval_and_a_later_query_reb
     assert np.isfinite(again.upper)
 
 
+def test_account_whose_build_runs_out_of_time_returns_and_its_queries_answer_flagged(monkeypatch):
+    """account() builds at once (so argument errors raise there); a build stopped by the time budget
+    is not an argument error: account() returns, and the query builds again under its own budget
+    (a bare DeadlineExceeded escaped account() before, seen on a loaded machine)."""
+    monkeypatch.setattr(pld_budget, "HARD_GRACE", -0.5)  # (every build stops at once)
+    acc = pldlib.account(pldlib.Gaussian(sigma=1.0, q=0.01, sampling="poisson"), steps=1000, time_budget=0.5)
+    with pytest.warns(AccuracyLimitedWarning, match="ran out"):
+        e = acc.epsilon(1e-5)
+    assert e.upper == np.inf and acc.accuracy_limited
+    monkeypatch.setattr(pld_budget, "HARD_GRACE", 0.5)
+    again = acc.epsilon(1e-5)
+    assert np.isfinite(again.upper) and again.lower <= again.upper
+
+
 def test_an_explicit_spacing_is_never_interrupted(monkeypatch):
     monkeypatch.setattr(pld_budget, "HARD_GRACE", -0.5)
     a = pldlib.PLDAccountant("remove", spacing=1e-3, time_budget=0.5).compose(

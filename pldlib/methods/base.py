@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import _validate as V
 from .. import events as E
+from .._deadline import DeadlineExceeded
 from ..profiles.pairs import UnsupportedEventError
 
 __all__ = ["Interval", "StepsTables", "Accountant", "Step", "UnsupportedEventError", "KINDS",
@@ -305,7 +306,13 @@ class Accountant:
         acc = cls(relation, **options)
         for event, k in comps:
             acc.compose(event, k)
-        acc._ensure_built()  # build errors (e.g. grid size) raise here
+        try:
+            acc._ensure_built()  # build errors (e.g. grid size) raise here
+        except DeadlineExceeded:
+            # the time budget ran out while building: not an error of the arguments.  The first
+            # query builds again under its own budget and, if that runs out too, answers with the
+            # trivial interval, flagged as accuracy-limited (docs/limits.md)
+            pass
         return acc
 
     # -- lazy build ------------------------------------------------------------------
