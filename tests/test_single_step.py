@@ -58,6 +58,29 @@ def test_pld_accountant_reads_one_step_off_its_own_curve_below_the_grid_floor(re
         assert float(T.poisson_gauss_delta1(sigma, q, e_iv.lower, relation)[0]) >= delta * (1 - 1e-9)
 
 
+def test_pld_sharpening_of_one_step_reads_the_curve_the_answer_is_about():
+    """The one-step reading inside the PLD's sharpening reads delta bounds for delta answers and eps
+    bounds for eps answers (a delta answer intersected with eps values would be unsound).  Driven
+    directly on answers made wide on purpose, the finer grids off (an accuracy-limited accountant)."""
+    import time
+
+    sigma, q = 1.0, 0.2
+    acc = pldlib.PLDAccountant("remove").compose(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), 1)
+    acc.delta(0.5)  # (built)
+    acc.accuracy_limited = True
+    eps = np.array([0.05, 0.1, 0.2])
+    lo, up = acc._sharpen("delta", eps, np.zeros(3), np.ones(3), time.perf_counter())
+    for j, e in enumerate(eps):
+        d = float(T.poisson_gauss_delta1(sigma, q, e, "remove")[0])
+        assert lo[j] <= d * (1 + 1e-12) and up[j] >= d * (1 - 1e-12) and up[j] - lo[j] <= 1e-9 * d, (e, d, lo, up)
+    deltas = np.array([1e-2, 1e-4])
+    lo, up = acc._sharpen("eps", deltas, np.full(2, -1.0), np.full(2, 5.0), time.perf_counter())
+    for j, d in enumerate(deltas):
+        assert float(T.poisson_gauss_delta1(sigma, q, up[j], "remove")[0]) <= d * (1 + 1e-9)
+        assert float(T.poisson_gauss_delta1(sigma, q, lo[j], "remove")[0]) >= d * (1 - 1e-9)
+        assert up[j] - lo[j] <= 1e-6 * up[j]
+
+
 @pytest.mark.parametrize("delta", [0.3, 1e-3, 1e-8, 1e-14])
 def test_epsilon_bounds_bracket_the_truth(delta):
     sigma, q = 0.8, 0.1

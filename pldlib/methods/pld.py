@@ -947,6 +947,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
             return acc.epsilon(xs) if kind == "eps" else acc.delta(xs)
 
         one = self._one_step_pairs()
+        read = SS.delta_bounds if kind == "delta" else SS.epsilon_bounds
         self._sharpening = True
         try:
             return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
@@ -954,7 +955,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                              finer=None if self.accuracy_limited else finer, relation=self.relation,
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
                              analytic_everywhere=self.accuracy_limited,
-                             exact=None if one is None else (lambda xs: SS.epsilon_bounds(one, xs)))
+                             exact=None if one is None else (lambda xs: read(one, xs)))
         finally:
             self._sharpening = False
 
