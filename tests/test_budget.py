@@ -1,4 +1,5 @@
 """Issue 22: answers that need no grid, and the automatic grid's time budget."""
+import math
 import time
 import warnings
 from fractions import Fraction
@@ -236,3 +237,44 @@ def test_a_window_too_large_is_refused_before_the_optimistic_side_is_discretised
     with pytest.raises(pldlib.GridTooLargeError, match=r"composition needs [\d,]+ grid points") as ei:
         acc.delta(0.41)
     assert ei.value.need > ei.value.limit
+
+
+def test_the_random_allocation_lattice_build_stops_near_the_budget():
+    """The amplified epoch pair of random allocation (its lattice of FFT convolutions, then a
+    hull) checks the deadline between its pieces: 3,000 steps at sigma 0.51 need about 7 s of
+    lattice work, and a 0.2 s budget stops it within about a second (before, account() ran the
+    whole lattice, 7.4 s past a 0.05 s budget).  The answer is then the flagged trivial interval."""
+    mech = pldlib.Gaussian(sigma=0.51, q=1e-3, sampling="random_allocation")
+    t0 = time.perf_counter()
+    acc = pldlib.account(mech, steps=3000, time_budget=0.2)
+    with pytest.warns(AccuracyLimitedWarning):
+        e = acc.epsilon(1e-5)
+    took = time.perf_counter() - t0
+    assert took < 0.2 + pld_budget.HARD_GRACE + 2.5, took  # (two budgets: account's and the query's)
+    assert acc.accuracy_limited and e.upper == np.inf
+
+
+def test_a_grid_coarsened_by_the_budget_past_its_round_off_is_not_refused_as_if_delta_were_the_cause():
+    """10^10 sampled steps in 16 MB: the coarsened grid's round-off cannot certify delta 1e-5.  The
+    budgets are the cause, not delta, so the grid gives no answer there (flagged) and the analytic
+    bounds answer; before, this raised PrecisionLimitError "use a larger delta" (the CLI exited 3
+    at --time-budget 3 for the same reason).  Checked against the Renyi-DP accountant's upper bound
+    and the normal approximation (mu-GDP with mu = q sqrt(T (e^(1/sigma^2) - 1)): within 5%)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    from pldlib.methods import sharpen as S
+
+    m = pldlib.Gaussian(1.0, q=0.01, sampling="poisson")
+    acc = pldlib.PLDAccountant("add_remove", memory_budget=2**24, time_budget=None).compose(m.event, 10**10)
+    with pytest.warns(AccuracyLimitedWarning):
+        iv = acc.epsilon(1e-5)
+    assert acc.accuracy_limited and np.isfinite(iv.upper) and iv.lower <= iv.upper
+    assert iv.upper <= S.rdp_epsilon("add_remove", [(m.event, 10**10)], np.array([1e-5]))[0]
+    mu = 0.01 * math.sqrt(1e10 * math.expm1(1.0))
+    def log_delta(e):  # ln of Phi(-e/mu + mu/2) - e^e Phi(-e/mu - mu/2), in log space
+        a, b = norm.logcdf(-e / mu + mu / 2), e + norm.logcdf(-e / mu - mu / 2)
+        return a + math.log1p(-math.exp(b - a))
+
+    clt = brentq(lambda e: log_delta(e) - math.log(1e-5), 1.0, 1e7)
+    assert abs(iv.lower / clt - 1) < 0.05 and abs(iv.upper / clt - 1) < 0.05  # (it is 2.4% above ours)

@@ -612,6 +612,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                                      evaluate, propose, cut_scale=cut, eps_of=eps_of, lower=lower,
                                      thinned=thinned)
         bad = ~(share < REFUSE_SHARE)
+        if bad.any() and self.accuracy_limited:
+            # a grid the budgets coarsened: the budgets, not delta, are the cause -- no grid answer
+            # (the flagged trivial interval, narrowed by the analytic bounds where they can)
+            up, lo = np.where(bad, np.inf, up), np.where(bad, -np.inf, lo)
+            bad[:] = False
         if bad.any():
             j = np.nonzero(bad)[0][0]
             floor = min(c.upper.const for c in st.cache.values())
@@ -778,6 +783,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
 
     def _epsilon(self, deltas):
         lo, up = self._combine(deltas, "eps")
+        if self.accuracy_limited:
+            # a grid the budgets coarsened out of floating point: no grid answer there (the budgets,
+            # not the query, are the cause; the trivial interval, flagged, for the analytic bounds)
+            nan = np.isnan(lo) | np.isnan(up)
+            lo, up = np.where(nan, -np.inf, lo), np.where(nan, np.inf, up)
         return _ordered(lo, up, "epsilon", deltas)
 
     def epsilon(self, delta) -> Interval:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import events as E
+from .. import _deadline, events as E
 from ..profiles.pairs import Branch, UnsupportedEventError, unsampled_branches
 from .base import SamplingScheme, register
 
@@ -550,6 +550,7 @@ def _convolve(a, ea, b, eb, terms, h):
     (docs/MATH.md 13.2)."""
     from numpy.fft import irfft, rfft
 
+    _deadline.check("the random-allocation lattice")  # (each convolution: up to ~0.5 s)
     n = len(a) + len(b) - 1
     L = 1 << (n - 1).bit_length()
     if L > 2 * MAX_LATTICE:
@@ -1026,6 +1027,8 @@ def _hull_pair(eps, gam, w, slack):
     X, Y = xs.tolist(), ys.tolist()
     hull = [0, 1]
     for k in range(2, len(X)):
+        if not k & 0x3FFF:
+            _deadline.check("the random-allocation hull")
         xk, yk = X[k], Y[k]
         while len(hull) >= 2:
             a, b = hull[-2], hull[-1]
