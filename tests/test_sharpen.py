@@ -282,3 +282,22 @@ def test_an_eps_answer_with_an_infinite_end_counts_as_wide():
     up = np.array([inf, 2.0, inf, 0.5001, inf, 1.5])
     assert wide("eps", lo, up).tolist() == [True, True, False, False, False, True]
     assert wide("delta", np.array([0.0, 0.3]), np.array([1.0, 0.3001])).tolist() == [True, False]
+
+
+def test_compositions_with_eps0_delta0_steps_are_sharpened_on_finer_grids():
+    """(eps0, delta0) steps put a +inf mass D outside the grid; the answers wrapping it are now
+    sharpened too, by finer grids only (whose answers carry D as well; the analytic bounds describe
+    the rest of the composition alone and are not asked).  Remove, 100 steps of sigma 2, q 0.2 with
+    three (0, 1e-9) steps: delta(2), delta(4) were 1.6% and 3.7% wide.  Truth: D + (1 - D) delta(eps),
+    D = 1 - (1 - 1e-9)^3, delta(eps) by the mpmath reference."""
+    acc = (pldlib.PLDAccountant("remove").compose(E.Sampled(E.GaussianEvent(2.0), 0.2, "poisson"), 100)
+           .compose(E.ApproxDPEvent(0.0, 1e-9), 3))
+    eps = np.array([2.0, 4.0])
+    iv = acc.delta(eps)
+    D = 1 - (1 - 1e-9) ** 3
+    for j, e in enumerate(eps):
+        t = float(delta_gaussian(e, 2.0, 100, q=0.2, direction="remove", dps=20))
+        t = D + (1 - D) * t
+        assert iv.lower[j] <= t * (1 + 1e-9) and iv.upper[j] >= t * (1 - 1e-9), (e, t, iv)
+        assert iv.upper[j] - iv.lower[j] <= 0.01 * iv.upper[j], iv
+

@@ -81,6 +81,22 @@ def test_pld_sharpening_of_one_step_reads_the_curve_the_answer_is_about():
         assert up[j] - lo[j] <= 1e-6 * up[j]
 
 
+@pytest.mark.parametrize("relation", ["remove", "add_remove"])
+def test_an_explicit_spacing_one_step_epsilon_is_read_off_its_own_curve(relation):
+    """With an explicit spacing no finer grid is asked (the spacing is the user's accuracy), but one
+    step composed once is still intersected with its own curve, as its delta answers were: eps(3e-5)
+    of sigma 2.07, q 1.7e-4 at spacing 7.4e-4 was [-3.0e-5, 4.8e-5] off the grid alone."""
+    sigma, q = 2.067245017024012, 0.00016592500698598369
+    acc = pldlib.PLDAccountant(relation, spacing=0.0007356987625755577).compose(
+        E.Sampled(E.GaussianEvent(sigma), q, "poisson"), 1)
+    iv = acc.epsilon(2.9639363240424876e-05)
+    assert acc.spacing == 0.0007356987625755577
+    assert iv.upper - iv.lower <= 1e-6 * max(abs(iv.upper), 1e-3), iv
+    d = 2.9639363240424876e-05
+    assert float(T.poisson_gauss_delta1(sigma, q, iv.upper, relation)[0]) <= d * (1 + 1e-9)
+    assert float(T.poisson_gauss_delta1(sigma, q, iv.lower, relation)[0]) >= d * (1 - 1e-9)
+
+
 @pytest.mark.parametrize("delta", [0.3, 1e-3, 1e-8, 1e-14])
 def test_epsilon_bounds_bracket_the_truth(delta):
     sigma, q = 0.8, 0.1

@@ -820,8 +820,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                                                   lambda: grid.epsilon_bounds(deltas))
                     except PrecisionLimitError as err:  # (beyond the grid: a single step reads its own curve)
                         lo, up = self._one_step_instead(deltas, err)
-                    if not self._pinf[1] > 0:
-                        lo, up = self._sharpen("eps", deltas, lo, up, t_start)
+                    lo, up = self._sharpen("eps", deltas, lo, up, t_start)
                 lo, up = self._negative_epsilon(deltas, lo, up, t_start)
             except DeadlineExceeded:
                 return self._out_of_time("eps", deltas, scalar)
@@ -940,13 +939,16 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         its budgets, for every wide answer (the long compositions whose grid is coarse are the
         central-limit regime, where the Berry-Esseen bounds are tight).
 
-        Only automatic grids are sharpened (an explicit spacing is the user's accuracy), never
+        Only automatic grids are sharpened (an explicit spacing is the user's accuracy: only a single
+        step composed once is intersected with its own curve, as its delta answers are); with
+        (eps0, delta0) steps the finer grids only (their answers carry the +inf mass), never
         random allocation's lattice bounds (their width is the gap between proven bounds; its exact
         two-step pairs, MATH 13.13, are sharpened) or an upper-only accountant; an accuracy-limited
         one (its budgets spent) gets the analytic bounds only."""
-        if (self.upper_only or not self._auto_grid() or not self._branches
+        if (self.upper_only or not self._branches
                 or any(_lattice_epoch(m) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
             return lo, up
+        explicit = not self._auto_grid()  # (then only a single step's own curve is read, milliseconds)
 
         def finer(f, xs):
             acc = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
@@ -962,9 +964,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         try:
             return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
                              deadline=self.__dict__.get("_deadline"),
-                             finer=None if self.accuracy_limited else finer, relation=self.relation,
+                             finer=None if self.accuracy_limited or explicit else finer, relation=self.relation,
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
                              analytic_everywhere=self.accuracy_limited,
+                             # (+inf mass of (eps0, delta0) steps: the analytic bounds describe the rest only)
+                             analytic=not explicit and not self._pinf[1] > 0,
                              exact=None if one is None else (lambda xs: read(one, xs)))
         finally:
             self._sharpening = False
@@ -1113,8 +1117,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                         l2, u2 = with_unamplified(self._steps, self.relation, self.upper_only, "delta", e2,
                                                   lambda: grid.delta_bounds(e2))
                         l2, u2 = self._one_step("delta", e2, l2, u2)
-                        if not self._pinf[1] > 0:
-                            l2, u2 = self._sharpen("delta", e2, l2, u2, t_start)
+                        l2, u2 = self._sharpen("delta", e2, l2, u2, t_start)
                         lo[todo], up[todo] = SS.intersect(np.nan_to_num(l2, nan=0.0), np.nan_to_num(u2, nan=1.0),
                                                           lo[todo], up[todo])
                 with np.errstate(invalid="ignore"):  # eps < 0, wider than 1% (or unanswered)
