@@ -22,6 +22,7 @@ from scipy import integrate
 from pldlib import ApproxDP, Gaussian, Laplace, RandomizedResponse
 from pldlib.methods.cgf import (
     ComposedCGF,
+    chernoff_lower_delta,
     FiniteCGF,
     GaussianCGF,
     MaxProfileCGF,
@@ -216,3 +217,44 @@ def test_composition_sums_and_unsupported_profiles():
     assert isinstance(profile_cgf(GaussianProfile(2.0)), GaussianCGF)
     fc = FiniteCGF([0.1, -0.1], [0.6, 0.4])
     assert np.shape(fc.K(1.0)) == () and fc.cumulants(np.ones((2, 3))).shape == (7, 2, 3)
+
+
+# -- the Chernoff lower bound on delta (near 1) ------------------------------------------------
+def _gaussian_delta(mu, eps):
+    import mpmath as mp
+
+    with mp.workdps(40):
+        mu, eps = mp.mpf(mu), mp.mpf(eps)
+        return mp.ncdf(-eps / mu + mu / 2) - mp.exp(eps) * mp.ncdf(-eps / mu - mu / 2)
+
+
+@pytest.mark.parametrize("mu,eps", [(0.3, 0.1), (1.0, 0.5), (5.0, 1.0), (10.0, 5.0), (20.0, 5.0), (40.0, 100.0),
+                                    (3.0, -1.0)])
+def test_chernoff_lower_bound_is_below_the_gaussian_closed_form_and_tight_near_one(mu, eps):
+    lb = chernoff_lower_delta([(GaussianCGF(mu), 1)], [eps])[0]
+    truth = _gaussian_delta(mu, eps)
+    assert 0.0 <= lb <= truth
+    if 1 - truth < 1e-3:  # (where it is meant to serve: 1 - lb within 10x of 1 - delta, or at round-off)
+        assert 1 - lb <= max(10 * float(1 - truth), 2e-15), (lb, truth)
+
+
+@pytest.mark.parametrize("eps0,k,eps", [(0.5, 100, 2.0), (0.1, 1000, 1.0), (1.0, 50, 5.0), (2.0, 20, 3.0)])
+def test_chernoff_lower_bound_is_below_exact_randomized_response(eps0, k, eps):
+    from pldlib.testing.robust_truths import rr_delta
+
+    (_, _, lo), = mechanism_cgfs(RandomizedResponse(eps0))
+    lb = chernoff_lower_delta([(lo, k)], [eps])[0]
+    truth = rr_delta(eps0, k, eps)[0]  # (the binomial sum at 60 digits)
+    assert 0.5 < lb <= truth
+    assert 1 - lb <= 10 * float(1 - truth)
+
+
+@pytest.mark.parametrize("direction", ["add", "remove"])
+def test_chernoff_lower_bound_is_below_the_subsampled_gaussian_reference(direction):
+    from pldlib.testing.truth import delta_gaussian
+
+    (_, _, lo), = mechanism_cgfs(Gaussian(0.8, q=0.1, sampling="poisson", relation=direction))
+    lb = chernoff_lower_delta([(lo, 5000)], [3.0])[0]
+    truth = delta_gaussian(3.0, 0.8, 5000, q=0.1, direction=direction, dps=30)  # (mpmath contour integral)
+    assert 0.99 < lb <= truth
+    assert 1 - lb <= 20 * float(1 - truth)

@@ -13,7 +13,7 @@ import pytest
 import pldlib
 
 from pldlib import events as E
-from pldlib.methods.pld import SHARPEN_WIDTH, PLDAccountant
+from pldlib.methods.pld import SHARPEN_WIDTH, AccuracyLimitedWarning, PLDAccountant
 
 mp.mp.dps = 60
 
@@ -301,3 +301,17 @@ def test_compositions_with_eps0_delta0_steps_are_sharpened_on_finer_grids():
         assert iv.lower[j] <= t * (1 + 1e-9) and iv.upper[j] >= t * (1 - 1e-9), (e, t, iv)
         assert iv.upper[j] - iv.lower[j] <= 0.01 * iv.upper[j], iv
 
+
+@pytest.mark.parametrize("sigma,q,k,eps,relation", [(0.5, 0.2, 10_000, 5.0, "add"), (0.5, 0.2, 10_000, 5.0, "remove"),
+                                                     (0.6, 0.3, 2_000, 20.0, "remove")])
+def test_delta_near_one_of_a_coarse_grid_gets_the_chernoff_lower_bound(sigma, q, k, eps, relation):
+    """A grid coarsened by a small memory budget answered delta near 1 as [0, 1] (add) or [0.94-0.96,
+    1] (remove); the Chernoff lower bound of MATH 6.5 (K at negative tilts) certifies 1 - 8u.  The
+    mpmath reference puts 1 - delta below 1e-29 in each case."""
+    acc = PLDAccountant(relation, memory_budget=2**14).compose(E.Sampled(E.GaussianEvent(sigma), q, "poisson"), k)
+    with pytest.warns(AccuracyLimitedWarning):
+        iv = acc.delta(eps)
+    truth = delta_gaussian(eps, sigma, k, q=q, direction=relation, dps=40)
+    assert 1 - truth < 1e-29
+    assert iv.lower <= truth <= iv.upper
+    assert iv.upper - iv.lower <= 1e-14

@@ -699,6 +699,49 @@ def chernoff_log_delta(parts: Sequence[tuple[StepCGF, int]], eps, t=CHERNOFF_T) 
     return best
 
 
+#: the tilts (K at -t) and the shifts s of the Chernoff lower bound
+CHERNOFF_LOWER_T = np.geomspace(1e-4, 1e3, 57)
+CHERNOFF_LOWER_S = np.geomspace(1e-3, 60.0, 48)
+
+
+def chernoff_lower_delta(parts: Sequence[tuple[StepCGF, int]], eps, t=CHERNOFF_LOWER_T,
+                         s=CHERNOFF_LOWER_S) -> np.ndarray:
+    """A certified lower bound on delta(eps) of the composition ``parts`` ((CGF, count) of one
+    branch's *lower* pairs): for every s > 0 and t > 0 (docs/MATH.md 6.5),
+
+        delta(eps) >= (1 - e^-s) P(L > eps + s) >= (1 - e^-s) (1 - e^{K(-t) + t (eps + s)}),
+
+    the second by Markov's inequality for e^{-tL}, and for t <= 1, as min(1, x) <= x^t,
+
+        delta(eps) = 1 - E min(1, e^{eps - L}) >= 1 - e^{K(-t) + t eps};
+
+    maximised over the grids ``t`` and ``s``.  The
+    exponent is widened as the upper bound's, plus 1e-14 per step for the quadratures' absolute
+    error, and the result rounded down.  A +inf mass only raises delta (the CGFs describe the finite
+    part).  0 where nothing is certified: the bound is meant for delta near 1 (long compositions,
+    whose loss lies far above eps), where the grids' lower ends are loosest."""
+    eps = np.atleast_1d(np.asarray(eps, float))
+    t, s = np.asarray(t, float), np.asarray(s, float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        K = np.zeros(t.shape)
+        absK = np.zeros(t.shape)
+        for c, k in parts:
+            v = k * c.cumulants(-t)[0]
+            K, absK = K + v, absK + np.abs(v)
+        n = sum(k for _, k in parts)
+        K = np.where(np.isfinite(K), K, np.inf)
+        a = eps[:, None, None] + s[None, :, None]
+        lg = K + t * a + 1e-9 * (absK + t * np.abs(a)) + 1e-6 + 1e-14 * n
+        lg = np.where(np.isfinite(lg), lg, np.inf).min(axis=2)
+        lb = -np.expm1(-s)[None, :] * -np.expm1(np.minimum(lg, 0.0))
+        # and for t <= 1: 1 - delta(eps) = E min(1, e^{eps - L}) <= E e^{t (eps - L)} = e^{K(-t) + t eps}
+        lg1 = np.where(t <= 1.0, K + t * eps[:, None] + 1e-9 * (absK + t * np.abs(eps[:, None])) + 1e-6 + 1e-14 * n,
+                       np.inf)
+        lb1 = -np.expm1(np.minimum(np.where(np.isfinite(lg1), lg1, np.inf).min(axis=1), 0.0))
+    lb = np.maximum(np.nan_to_num(lb, nan=0.0).max(axis=1), np.nan_to_num(lb1, nan=0.0))
+    return np.maximum(lb * (1.0 - 8.0 * np.finfo(float).eps), 0.0)
+
+
 def chernoff_delta(parts, eps) -> np.ndarray:
     """:func:`chernoff_log_delta` as a delta: a bound that underflows is the smallest positive
     double (5e-324), never 0; at most 1."""

@@ -28,8 +28,8 @@ import numpy as np
 from .._validate import PrecisionLimitError
 from .base import branch_labels
 
-__all__ = ["FACTORS", "MARGIN", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta", "rdp_delta",
-           "rdp_epsilon", "sharpen", "wide"]
+__all__ = ["FACTORS", "MARGIN", "NEAR_ONE", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta",
+           "chernoff_lower_delta", "rdp_delta", "rdp_epsilon", "sharpen", "wide"]
 
 #: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
 WIDTH = 0.01
@@ -37,6 +37,8 @@ WIDTH = 0.01
 FACTORS = (4, 16)
 #: delta answers (eps answers: deltas asked) below this also ask the analytic bounds
 TINY = 1e-10
+#: wide delta answers whose upper end is above this also ask the Chernoff lower bound (delta near 1)
+NEAR_ONE = 0.5
 #: the saddle-point bounds get at most this many seconds (their cumulant tables stop there; for a
 #: grid limited by its budgets, all the time left), and are asked only while at least half of it
 #: is left before the deadline
@@ -107,6 +109,28 @@ def chernoff_delta(components: Sequence, eps: np.ndarray) -> np.ndarray:
     for label in branch_labels(per_comp):
         parts = [(next((c for c in bl if c[0] == label), bl[0])[1], k) for bl, (_, k) in zip(per_comp, components)]
         out = np.maximum(out, branch_chernoff(parts, eps))
+    return out
+
+
+def chernoff_lower_delta(components: Sequence, eps: np.ndarray) -> np.ndarray:
+    """Certified lower bounds on delta(eps) of the composition of ``components`` ((mechanism,
+    count) pairs): the maximum over branches of the Chernoff lower bound of each branch's composed
+    lower CGFs (:func:`pldlib.methods.cgf.chernoff_lower_delta`, docs/MATH.md 6.5).  A branch label
+    that a step with several branches lacks is skipped.  Raises NotImplementedError for steps
+    without a CGF."""
+    from .cgf import chernoff_lower_delta as branch_lower, mechanism_cgfs
+
+    per_comp = [mechanism_cgfs(m) for m, _ in components]
+    out = np.zeros(np.shape(eps))
+    for label in branch_labels(per_comp):
+        parts = []
+        for bl, (_, k) in zip(per_comp, components):
+            c = next((c for c in bl if c[0] == label), bl[0] if len(bl) == 1 else None)
+            if c is None:
+                break
+            parts.append((c[2], k))
+        else:
+            out = np.maximum(out, branch_lower(parts, eps))
     return out
 
 
@@ -182,6 +206,15 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
             with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
                 u2 = chernoff_delta(components, x[idx])
             _merge(lo, up, np.full(idx.size, -np.inf), u2, idx)
+        except _SKIP:
+            pass
+    idx = np.nonzero(wide(kind, lo, up) & (up > NEAR_ONE))[0] if kind == "delta" else []
+    if len(idx):
+        try:  # delta near 1 (the loss far above eps): the Chernoff lower bound (about 60 cumulants)
+            stop = time.perf_counter() + SPA_SECONDS
+            with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
+                l2 = chernoff_lower_delta(components, x[idx])
+            _merge(lo, up, l2, np.full(idx.size, np.inf), idx)
         except _SKIP:
             pass
     ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere)
