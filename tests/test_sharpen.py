@@ -315,3 +315,34 @@ def test_delta_near_one_of_a_coarse_grid_gets_the_chernoff_lower_bound(sigma, q,
     assert 1 - truth < 1e-29
     assert iv.lower <= truth <= iv.upper
     assert iv.upper - iv.lower <= 1e-14
+
+
+def test_analytic_bounds_are_wrapped_with_the_infinite_mass_of_eps0_delta0_steps():
+    """With (eps0, delta0) steps the answers are D + (1 - D) delta_rest (D their +inf mass, outside
+    the components): the Chernoff bounds of the rest are wrapped so, the saddle-point and Renyi-DP
+    bounds (of events that include such steps) are not asked.  Driven on a plain Gaussian rest
+    (closed form) with answers made wide on purpose."""
+    from pldlib.methods import sharpen as S
+    from pldlib.methods.cgf import GaussianCGF, chernoff_lower_delta
+
+    def truth(mu, eps, D):
+        with mp.workdps(40):
+            mu, eps = mp.mpf(mu), mp.mpf(eps)
+            d = mp.ncdf(-eps / mu + mu / 2) - mp.exp(eps) * mp.ncdf(-eps / mu - mu / 2)
+            return D + (1 - D) * d
+
+    comp = [(pldlib.Gaussian(0.1), 1)]  # mu = 10
+    D = 0.5
+    lo, up = S.sharpen("delta", np.array([5.0]), [0.0], [1.0], took=0.0, deadline=None, finer=None,
+                       relation="add_remove", components=comp, events=[(pldlib.Gaussian(0.1).event, 1)],
+                       pinf=(D, D))
+    t = truth(10.0, 5.0, D)
+    bare = chernoff_lower_delta([(GaussianCGF(10.0), 1)], [5.0])[0]
+    assert lo[0] <= t and lo[0] >= (D + (1 - D) * bare) * (1 - 1e-15) > bare and up[0] == 1.0
+    # a tiny answer: the Chernoff upper bound of the rest (about 1e-339: 5e-324 in doubles), raised by D
+    D = 1e-300
+    lo, up = S.sharpen("delta", np.array([40.0]), [0.0], [1e-12], took=0.0, deadline=None, finer=None,
+                       relation="add_remove", components=[(pldlib.Gaussian(1.0), 1)],
+                       events=[(pldlib.Gaussian(1.0).event, 1)], pinf=(D, D))
+    t = truth(1.0, 40.0, D)
+    assert t <= up[0] < 1e-299 and lo[0] == 0.0

@@ -941,7 +941,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
 
         Only automatic grids are sharpened (an explicit spacing is the user's accuracy: only a single
         step composed once is intersected with its own curve, as its delta answers are); with
-        (eps0, delta0) steps the finer grids only (their answers carry the +inf mass), never
+        (eps0, delta0) steps the analytic bounds of the rest are wrapped with their +inf mass, never
         random allocation's lattice bounds (their width is the gap between proven bounds; its exact
         two-step pairs, MATH 13.13, are sharpened) or an upper-only accountant; an accuracy-limited
         one (its budgets spent) gets the analytic bounds only."""
@@ -967,8 +967,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                              finer=None if self.accuracy_limited or explicit else finer, relation=self.relation,
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
                              analytic_everywhere=self.accuracy_limited,
-                             # (+inf mass of (eps0, delta0) steps: the analytic bounds describe the rest only)
-                             analytic=not explicit and not self._pinf[1] > 0,
+                             analytic=not explicit, pinf=self._pinf,
                              exact=None if one is None else (lambda xs: read(one, xs)))
         finally:
             self._sharpening = False

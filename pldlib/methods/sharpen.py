@@ -28,6 +28,8 @@ import numpy as np
 from .._validate import PrecisionLimitError
 from .base import branch_labels
 
+_U = np.finfo(float).eps / 2
+
 __all__ = ["FACTORS", "MARGIN", "NEAR_ONE", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta",
            "chernoff_lower_delta", "rdp_delta", "rdp_epsilon", "sharpen", "wide"]
 
@@ -137,7 +139,7 @@ def chernoff_lower_delta(components: Sequence, eps: np.ndarray) -> np.ndarray:
 def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | None,
             finer: Callable[[float, np.ndarray], object] | None, relation: str, components: Sequence,
             events: Sequence, analytic_everywhere: bool = False, analytic: bool = True,
-            exact: Callable[[np.ndarray], tuple] | None = None):
+            exact: Callable[[np.ndarray], tuple] | None = None, pinf: tuple[float, float] = (0.0, 0.0)):
     """The sharpened (lower, upper) of answers ``lo``, ``up`` to queries ``x`` (``kind`` "eps":
     deltas asked; "delta": epsilons asked).
 
@@ -150,7 +152,11 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     ``analytic=False``: step 1 only (answers that are not delta or eps, e.g. trade-off powers);
     ``exact(xs)``: certified (lower, upper) of a single step composed once read off its own curve
     (:mod:`.single_step`), asked after step 1; the saddle-point bounds are then not asked (for one
-    summand their Berry-Esseen terms certify nothing narrower, and they read the same curve).
+    summand their Berry-Esseen terms certify nothing narrower, and they read the same curve);
+    ``pinf``: bounds (D_lo, D_hi) on a +inf mass D outside ``components`` (of (eps0, delta0)
+    steps): the answers are D + (1 - D) delta_components, so the Chernoff bounds of
+    ``components`` are wrapped so, and the Renyi-DP and saddle-point bounds (of ``events``, which
+    do not take such steps) are not asked.
     """
     lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
     if not wide(kind, lo, up).any():
@@ -186,6 +192,16 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
                 pass
     if not analytic:
         return lo, up
+    d_lo, d_hi = (float(v) for v in pinf)
+    if d_hi > 0:
+        events = []  # (the Renyi-DP and saddle-point accountants do not take (eps0, delta0) steps)
+
+    def with_pinf(v, up_side):  # D + (1 - D) v, rounded outwards
+        d = d_hi if up_side else d_lo
+        if d == 0:
+            return v
+        w = d + (1 - d) * np.asarray(v, dtype=float)
+        return np.minimum(w * (1 + 4 * _U), 1.0) if up_side else np.maximum(w * (1 - 4 * _U), 0.0)
     small = (up < TINY) if kind == "delta" else (x < TINY)
     idx = np.nonzero(wide(kind, lo, up) & ~np.isfinite(up))[0] if kind == "eps" and events else []
     if len(idx):
@@ -204,7 +220,7 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
         try:  # the quick Chernoff bound next (one cumulant per tilt, about 80 tilts)
             stop = time.perf_counter() + SPA_SECONDS
             with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
-                u2 = chernoff_delta(components, x[idx])
+                u2 = with_pinf(chernoff_delta(components, x[idx]), True)
             _merge(lo, up, np.full(idx.size, -np.inf), u2, idx)
         except _SKIP:
             pass
@@ -213,13 +229,13 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
         try:  # delta near 1 (the loss far above eps): the Chernoff lower bound (about 60 cumulants)
             stop = time.perf_counter() + SPA_SECONDS
             with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
-                l2 = chernoff_lower_delta(components, x[idx])
+                l2 = with_pinf(chernoff_lower_delta(components, x[idx]), False)
             _merge(lo, up, l2, np.full(idx.size, np.inf), idx)
         except _SKIP:
             pass
     ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere)
     idx = np.nonzero(ask)[0]
-    if idx.size and exact is None and left() > SPA_SECONDS / 2 + MARGIN:
+    if idx.size and events and exact is None and left() > SPA_SECONDS / 2 + MARGIN:
         from .spa import SPAAccountant
 
         # (a grid limited by its budgets has nothing better to spend the time left on: the tables
