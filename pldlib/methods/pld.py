@@ -155,7 +155,7 @@ def _account_steps(relation, event, steps_list, *, spacing=None, max_bins=DEFAUL
     def make(k, start=None, h=None):
         acc = PLDAccountant(relation, spacing=h, **kw)
         acc._start = start
-        acc._sharpening = True  # (shared-spacing tables: each answer is the one at that spacing, unsharpened)
+        acc._sharpening = True  # (shared-spacing tables: each answer the one at that spacing)
         acc.compose(event, k)
         acc._ensure_built()
         return acc
@@ -945,10 +945,12 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         random allocation's lattice bounds (their width is the gap between proven bounds; its exact
         two-step pairs, MATH 13.13, are sharpened) or an upper-only accountant; an accuracy-limited
         one (its budgets spent) gets the analytic bounds only."""
-        if (self.upper_only or not self._branches
-                or any(_lattice_epoch(m) for m, _ in self._eff) or self.__dict__.get("_sharpening")):
+        if self.upper_only or not self._branches or any(_lattice_epoch(m) for m, _ in self._eff):
             return lo, up
-        explicit = not self._auto_grid()  # (then only a single step's own curve is read, milliseconds)
+        # an explicit spacing, the shared-spacing tables of account_steps and the finer grids asked
+        # here: only a single step's own curve is read (milliseconds; the tables' answers stay equal
+        # to account(..., spacing=h)'s)
+        explicit = not self._auto_grid() or self.__dict__.get("_sharpening")
 
         def finer(f, xs):
             acc = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
@@ -960,7 +962,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
 
         one = self._one_step_pairs()
         read = SS.delta_bounds if kind == "delta" else SS.epsilon_bounds
-        self._sharpening = True
+        before, self._sharpening = self.__dict__.get("_sharpening", False), True
         try:
             return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
                              deadline=self.__dict__.get("_deadline"),
@@ -970,7 +972,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                              analytic=not explicit, pinf=self._pinf,
                              exact=None if one is None else (lambda xs: read(one, xs)))
         finally:
-            self._sharpening = False
+            self._sharpening = before
 
     def _loss_ceiling(self, label: str | None = None) -> float:
         """A certified upper bound on every composed privacy loss of branch ``label`` (the sum
