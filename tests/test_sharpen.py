@@ -346,3 +346,27 @@ def test_analytic_bounds_are_wrapped_with_the_infinite_mass_of_eps0_delta0_steps
                        events=[(pldlib.Gaussian(1.0).event, 1)], pinf=(D, D))
     t = truth(1.0, 40.0, D)
     assert t <= up[0] < 1e-299 and lo[0] == 0.0
+
+
+def test_the_exact_part_of_a_composition_bounds_its_lower_ends():
+    """A part of a composition is a post-processing of it, so the part's curve lies below the
+    whole's: the closed form of the unsampled Gaussian steps (here mu = 2 / 0.0935 = 21.4, which
+    dominates eps at delta 1e-25) raises the lower end of a coarse grid's answer to it (the grid
+    alone: 449.81).  Checked against the part's closed form in mpmath."""
+    mu = mp.mpf(2) / mp.mpf(0.0935)
+
+    def part_delta(e):
+        with mp.workdps(50):
+            e = mp.mpf(e)
+            return mp.ncdf(-e / mu + mu / 2) - mp.exp(e) * mp.ncdf(-e / mu - mu / 2)
+
+    with mp.workdps(50):
+        part_eps = float(mp.findroot(lambda e: mp.log(part_delta(e)) - mp.log(mp.mpf("1e-25")), 450))
+    acc = (PLDAccountant("add", memory_budget=2**16)
+           .compose(E.Sampled(E.GaussianEvent(54.3), 6.3e-4, "poisson"), 10**6).compose(E.GaussianEvent(0.0935), 4))
+    with pytest.warns(AccuracyLimitedWarning):
+        iv = acc.epsilon(1e-25)
+    assert part_eps * (1 - 1e-9) <= iv.lower <= part_eps and iv.upper >= part_eps
+    d = acc.delta(440.0)
+    t = float(part_delta(440.0))
+    assert t * (1 - 1e-9) <= d.lower <= t * (1 + 1e-9) and d.upper >= t  # (the grid alone: 4.6e-24, t = 1.8e-23)

@@ -932,6 +932,18 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
             return None
         return SS.of_accountant(self)
 
+    def _exact_part(self):
+        """The certified closed form of the composition's exact steps (unsampled Gaussians,
+        randomized response, (eps0, delta0) steps) when it has others too, else None.  A part of a
+        composition is a post-processing of it, so the part's curve lies below the whole's in every
+        direction: its lower ends are the whole's lower bounds (docs/MATH.md 5.9, 12)."""
+        steps = [(s.event, k) for s, k in self._steps]
+        sp = X.split_exact(steps, self.relation)
+        if not sp.rest or len(sp.rest) == len(steps):
+            return None
+        rest = {id(e) for e, _ in sp.rest}
+        return X.whole_exact([(e, k) for e, k in steps if id(e) not in rest], self.relation)
+
     def _sharpen(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
         """Narrow answers wider than 1% (:func:`pldlib.methods.sharpen.sharpen`, docs/MATH.md 5.9):
         the same composition on grids 4 and 16 times finer while that fits the time budget, then
@@ -962,6 +974,13 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
 
         one = self._one_step_pairs()
         read = SS.delta_bounds if kind == "delta" else SS.epsilon_bounds
+
+        def part(xs):  # (built only when an answer is wide)
+            ex = self._exact_part()
+            if ex is None:
+                raise NotImplementedError("no exact part")
+            return ex.delta_bounds(xs) if kind == "delta" else ex.epsilon_bounds(xs)
+
         before, self._sharpening = self.__dict__.get("_sharpening", False), True
         try:
             return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
@@ -970,7 +989,7 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
                              analytic_everywhere=self.accuracy_limited,
                              analytic=not explicit, pinf=self._pinf,
-                             exact=None if one is None else (lambda xs: read(one, xs)))
+                             exact=None if one is None else (lambda xs: read(one, xs)), part=part)
         finally:
             self._sharpening = before
 
