@@ -120,7 +120,8 @@ def test_trivial_answer_has_note_status_4_and_json_fields():
     """10^10 steps of users of up to 3 records: no grid fits the budgets and the analytic bounds
     certify nothing, the answer is the trivial interval.  (Without --group this was printed as
     `-inf inf` with exit 0 and nothing on stderr; it now has an answer, next test.)"""
-    r = pldlib_cli("epsilon", *SAMPLED, "--group", "3", "--steps", "10000000000", "--delta", "1e-5", "--json")
+    r = pldlib_cli("epsilon", *SAMPLED, "--group", "3", "--steps", "10000000000", "--delta", "1e-5", "--json",
+                   "--time-budget", "3")  # (trivial at the default 10 s too; at 3 s it was refused, exit 3)
     assert r.returncode == cli.EXIT_TRIVIAL == 4, r.stderr
     lines = note_lines(r.stderr)
     assert any("trivial answer at delta 1e-05" in l and "exit status 4" in l for l in lines)
