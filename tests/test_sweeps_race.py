@@ -496,7 +496,10 @@ def test_sigterm_after_blocks_says_what_is_saved(tmp_path):
 
 # -- a lost lease, a dead worker, the default mechanism ------------------------------------------
 def test_lost_lease_message_is_read_back(tmp_path, embedded_client):
-    cfg = parse_config(tiny(tmp_path / "l.zarr", sleep=0.3, sigma=[1.0, 2.0, 3.0, 4.0]))
+    # (8 blocks of 0.4 s on 2 workers: rounds left after the first result even when a loaded driver
+    # fetches late -- with 4 of 0.3 s all four could arrive in the first batch, and nothing was left
+    # to refuse: seen once in a full parallel run)
+    cfg = parse_config(tiny(tmp_path / "l.zarr", sleep=0.4, sigma=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]))
     taker = {}
 
     def on_result(block, result, report):
