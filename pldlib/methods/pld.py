@@ -960,9 +960,9 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         if self.upper_only or not self._branches or any(_lattice_epoch(m) for m, _ in self._eff):
             return lo, up
         # an explicit spacing, the shared-spacing tables of account_steps and the finer grids asked
-        # here: only a single step's own curve is read (milliseconds; the tables' answers stay equal
-        # to account(..., spacing=h)'s)
-        explicit = not self._auto_grid() or self.__dict__.get("_sharpening")
+        # here keep their grid: only what needs none is read -- a single step's own curve, the exact
+        # part's lower ends (milliseconds; the tables' answers stay equal to account(..., spacing=h)'s)
+        grid_fixed = not self._auto_grid() or self.__dict__.get("_sharpening")
 
         def finer(f, xs):
             acc = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
@@ -985,10 +985,10 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         try:
             return S.sharpen(kind, x, lo, up, took=time.perf_counter() - t_start,
                              deadline=self.__dict__.get("_deadline"),
-                             finer=None if self.accuracy_limited or explicit else finer, relation=self.relation,
+                             finer=None if self.accuracy_limited or grid_fixed else finer, relation=self.relation,
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
                              analytic_everywhere=self.accuracy_limited,
-                             analytic=not explicit, pinf=self._pinf,
+                             analytic=not grid_fixed, pinf=self._pinf,
                              exact=None if one is None else (lambda xs: read(one, xs)), part=part)
         finally:
             self._sharpening = before
