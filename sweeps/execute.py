@@ -215,7 +215,8 @@ def make_client(scheduler: str | None = None, workers: int | None = None, max_ne
         n = max(1, min(n, max_needed))
     with dask.config.set({"distributed.nanny.pre-spawn-environ": _worker_environ()}):
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address="127.0.0.1:0")  # loopback, a free port
+                               dashboard_address="127.0.0.1:0",  # loopback, a free port
+                               preload=["sweeps.worker_logging"])  # (no heartbeat traceback at close)
     client = cluster.get_client()
     return client, cluster, f"embedded LocalCluster ({n} worker process{'es' if n != 1 else ''})"
 

@@ -25,6 +25,7 @@ read back (best effort: object stores have no exclusive create here).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -57,6 +58,32 @@ def _lease_path(store: str) -> str:
 
 def _local(store: str) -> str:
     return _lease_path(store).removeprefix("file://")
+
+
+@contextlib.contextmanager
+def _exclusive(store: str):
+    """Hold an exclusive ``flock`` on a local store's directory while its lease is read, compared and
+    written, so that a driver's heartbeat (read: still mine; write) and another driver's takeover
+    (write; read back: mine) cannot interleave on this host: without it a beat that read its own
+    token just before a takeover wrote the file could overwrite the new owner's lease after that
+    owner had read it back.  Stores that are not local directories (object stores, no directory
+    yet) are not locked: their heartbeats keep the look-twice rule of ``_beat``."""
+    fd = None
+    if _is_local(store):
+        try:
+            import fcntl
+
+            fd = os.open(store.removeprefix("file://"), os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (OSError, ImportError):
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # (closing the descriptor releases the lock)
 
 
 def read_lease(store: str) -> dict | None:
@@ -189,40 +216,48 @@ class Lease:
         """Take the lease or raise :class:`LeaseHeld`; ``say`` gets a warning on a takeover."""
         say = say or (lambda m: None)
         for _ in range(3):  # bounded: another driver may race us between read and write
-            cur = read_lease(self.store)
-            state = lease_state(cur, self.stale_after)
-            if state == "live" and not takeover:
-                raise LeaseHeld(f"{self.store!r} is in use by another driver: {_owner(cur)}, heartbeat "
-                                f"{time.time() - float(cur['heartbeat']):.0f} s ago; wait for it, stop it, or "
-                                "pass --takeover if it is gone")
-            try:
-                if cur is None and _is_local(self.store):
-                    self._write(exclusive=True)
-                else:
-                    if cur is not None:
-                        say(f"taking over the lease of {_owner(cur)} ({state}{'; --takeover' if state == 'live' else ''})")
-                    self._write()
-            except FileExistsError:
-                # someone took it just now (look again), or a driver was killed between creating
-                # and writing the file: an unreadable lease file older than UNREADABLE_AFTER is nobody's
-                age = _unreadable_age(self.store)
-                if age is not None and age > UNREADABLE_AFTER:
-                    say(f"replacing the unreadable lease file of {self.store!r} ({age:.0f} s old; a driver "
-                        "was killed while writing it)")
-                    try:
-                        self._write()
-                    except OSError as e:
-                        raise StoreError(f"cannot write the lease of {self.store!r}: {e.strerror or e}") from None
-                else:
-                    time.sleep(0.05)
-                    continue
-            except OSError as e:
-                raise StoreError(f"cannot write the lease of {self.store!r}: {e.strerror or e}") from None
-            if (read_lease(self.store) or {}).get("token") == self.info["token"]:
-                self.held = True
+            with _exclusive(self.store):
+                done = self._try_acquire(takeover, say)
+            if done:
                 self._start()
                 return
+            time.sleep(0.05)
         raise LeaseHeld(f"{self.store!r}: another driver took the lease at the same time; try again")
+
+    def _try_acquire(self, takeover: bool, say) -> bool:
+        """One attempt of :meth:`acquire` (under :func:`_exclusive`): True when the lease is ours."""
+        cur = read_lease(self.store)
+        state = lease_state(cur, self.stale_after)
+        if state == "live" and not takeover:
+            raise LeaseHeld(f"{self.store!r} is in use by another driver: {_owner(cur)}, heartbeat "
+                            f"{time.time() - float(cur['heartbeat']):.0f} s ago; wait for it, stop it, or "
+                            "pass --takeover if it is gone")
+        try:
+            if cur is None and _is_local(self.store):
+                self._write(exclusive=True)
+            else:
+                if cur is not None:
+                    say(f"taking over the lease of {_owner(cur)} ({state}{'; --takeover' if state == 'live' else ''})")
+                self._write()
+        except FileExistsError:
+            # someone took it just now (look again), or a driver was killed between creating
+            # and writing the file: an unreadable lease file older than UNREADABLE_AFTER is nobody's
+            age = _unreadable_age(self.store)
+            if age is not None and age > UNREADABLE_AFTER:
+                say(f"replacing the unreadable lease file of {self.store!r} ({age:.0f} s old; a driver "
+                    "was killed while writing it)")
+                try:
+                    self._write()
+                except OSError as e:
+                    raise StoreError(f"cannot write the lease of {self.store!r}: {e.strerror or e}") from None
+            else:
+                return False
+        except OSError as e:
+            raise StoreError(f"cannot write the lease of {self.store!r}: {e.strerror or e}") from None
+        if (read_lease(self.store) or {}).get("token") == self.info["token"]:
+            self.held = True
+            return True
+        return False
 
     def _start(self) -> None:
         self._thread = threading.Thread(target=self._beat, name="sweeps-lease", daemon=True)
@@ -244,10 +279,12 @@ class Lease:
                     self.lost = (f"the lease file of {self.store!r} disappeared (the store was removed or "
                                  "changed by someone else)")
                     return
-                if cur.get("token") != self.info["token"]:
-                    self.lost = f"the lease of {self.store!r} was taken over by {_owner(cur)}"
-                    return
-                self._write()
+                with _exclusive(self.store):  # (read again, compare and write as one step)
+                    cur = read_lease(self.store) or cur
+                    if cur.get("token") != self.info["token"]:
+                        self.lost = f"the lease of {self.store!r} was taken over by {_owner(cur)}"
+                        return
+                    self._write()
                 self.beats += 1
                 self.beat_error = None
             except Exception as e:  # a transient store error: try again at the next beat
@@ -271,12 +308,13 @@ class Lease:
             return
         self.held = False
         try:
-            if (read_lease(self.store) or {}).get("token") == self.info["token"]:
-                if _is_local(self.store):
-                    os.remove(_local(self.store))
-                else:
-                    fs, p = _fs(_lease_path(self.store))
-                    fs.rm(p)
+            with _exclusive(self.store):  # (a takeover cannot come between the look and the removal)
+                if (read_lease(self.store) or {}).get("token") == self.info["token"]:
+                    if _is_local(self.store):
+                        os.remove(_local(self.store))
+                    else:
+                        fs, p = _fs(_lease_path(self.store))
+                        fs.rm(p)
         except (FileNotFoundError, OSError):
             pass
 

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -187,6 +188,44 @@ def test_lease_live_stale_and_takeover(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     assert lease_state(dict(live, pid=dead.pid)).startswith("stale: driver pid")
+
+
+def test_takeover_never_lost_to_a_beat_in_flight(tmp_path):
+    """A takeover that lands while the owner's heartbeat is between reading the lease (its own) and
+    writing it again: the new owner keeps the lease and the old one notices.  Without the lock over
+    the heartbeat's read-compare-write the beat overwrote the new lease (seen as a sweep that went on
+    writing after its store was taken over).  The race is made likely by a heartbeat that pauses
+    after its read, every millisecond."""
+    import sweeps.lease as L
+
+    store = tmp_path / "t.zarr"
+    store.mkdir()
+    real_read = L.read_lease
+
+    def slow_read(path):  # (the beat thread reads, then pauses: the window a takeover can fall into)
+        cur = real_read(path)
+        if threading.current_thread().name == "sweeps-lease":
+            time.sleep(0.002)
+        return cur
+
+    L.read_lease = slow_read
+    try:
+        for _ in range(40):
+            old = Lease(str(store), interval=0.001)
+            old.acquire()
+            time.sleep(0.01)
+            new = Lease(str(store), interval=10)
+            new.acquire(takeover=True)
+            deadline = time.monotonic() + 5
+            while old.lost is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert old.lost and "taken over" in old.lost
+            old.release()
+            assert real_read(str(store))["token"] == new.info["token"]  # never overwritten by the old beat
+            new.release()
+            assert real_read(str(store)) is None
+    finally:
+        L.read_lease = real_read
 
 
 def test_stale_lease_is_taken_over_by_a_run(tmp_path, embedded_client):

@@ -35,6 +35,7 @@ import pytest
 import xarray as xr
 
 from conftest import ROOT, checkout_env
+from sweeps import worker_logging
 from sweeps.cli import main
 from sweeps.config import ConfigError, check_store_writable, parse_config
 from sweeps.execute import run_sweep
@@ -545,6 +546,7 @@ def test_dead_worker_is_noted_and_dashboard_works(tmp_path):
     cfg = parse_config(tiny(tmp_path / "w.zarr", sleep=0.5, sigma=[1.0, 2.0, 3.0, 4.0]))
     client, cluster, where = make_client(workers=2)
     try:
+        assert list(client.run(worker_logging.installed).values()) == [True, True]  # (the preload ran)
         page = urllib.request.urlopen(cluster.dashboard_link, timeout=30).read().decode()
         assert "needs bokeh" not in page and "bokeh" in page.lower()  # the real dashboard page
         killed = []
@@ -567,6 +569,41 @@ def test_dead_worker_is_noted_and_dashboard_works(tmp_path):
     finally:
         client.close()
         cluster.close()
+
+
+def test_embedded_workers_drop_only_the_heartbeat_failure_at_close():
+    """The record distributed logs when a heartbeat meets a closed scheduler is dropped (its text is
+    the one in the installed distributed's source); every other record of the logger is kept."""
+    import inspect
+    import logging
+
+    from distributed.worker import Worker
+
+    assert f'"{worker_logging.HEARTBEAT_FAILURE}.")' in inspect.getsource(Worker.heartbeat)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("sweeps-test.worker")
+    log.propagate, handler = False, Keep()
+    log.addHandler(handler)
+    try:
+        worker_logging.install("sweeps-test.worker")
+        worker_logging.install("sweeps-test.worker")  # (once)
+        assert sum(isinstance(f, worker_logging.DropHeartbeatFailure) for f in log.filters) == 1
+        try:
+            raise OSError("Stream is closed")
+        except OSError:
+            log.exception("Failed to communicate with scheduler during heartbeat.")
+            log.exception("Unexpected exception during heartbeat. Closing worker.")
+        log.error("Worker stream died during communication")
+        assert seen == ["Unexpected exception during heartbeat. Closing worker.",
+                        "Worker stream died during communication"]
+    finally:
+        log.removeHandler(handler)
+        log.filters.clear()
 
 
 def test_missing_mechanism_is_announced_and_stored(tmp_path, embedded_client):
