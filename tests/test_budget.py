@@ -231,7 +231,7 @@ def test_a_window_too_large_is_refused_before_the_optimistic_side_is_discretised
     def no_hull(*a, **k):
         raise AssertionError("the optimistic side was discretised for a refused composition")
 
-    monkeypatch.setattr(pld_grid, "convex_hull_optimistic", no_hull)
+    monkeypatch.setattr(pld_grid, "optimistic", no_hull)
     acc = A.PLDAccountant("remove", spacing=3.37e-05).compose(
         E.Sampled(E.GaussianEvent(0.158), 0.0137, "poisson"), 46)
     with pytest.raises(pldlib.GridTooLargeError, match=r"composition needs [\d,]+ grid points") as ei:

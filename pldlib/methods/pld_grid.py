@@ -26,7 +26,7 @@ from .base import branch_labels
 from .schedule import GROUP_RATIO, GroupedStep
 from .pld_budget import (AUTO_STEP_POINTS, BYTES_PER_BIN, GRID_BYTES_PER_POINT, MAX_COARSEN, _coarsen_factor)
 from ..pld.compose import CUT_REL, _fft_threads, compose, estimate_tilt
-from ..pld.discretize import (Grid, connect_the_dots, convex_hull_optimistic, grid_for, hull_offset, kept_points,
+from ..pld.discretize import (Grid, connect_the_dots, grid_for, hull_offset, kept_points, optimistic,
                               privacy_buckets)
 from ..profiles.base import loss_range
 
@@ -202,13 +202,13 @@ class _Discretised:
         if self.discretisation == "privacy_buckets":
             return privacy_buckets(pl, gl, pessimistic=False)
         try:
-            return convex_hull_optimistic(pl, gl)
+            return optimistic(pl, gl)
         except ValueError:
             if gl.offset == 0.0:
                 raise
             # no admissible tangent in the offset cell: the lattice through 0
             g0 = grid_for(pl, self.h, self.tail, self.max_bins)
-            return convex_hull_optimistic(pl, g0 if t is None else self._truncated(g0, pl, t))
+            return optimistic(pl, g0 if t is None else self._truncated(g0, pl, t))
 
     def fine_uppers(self, t: float | None = None) -> list:
         """The pessimistic PLDs alone (a branch whose lower bound is not needed skips the

@@ -15,7 +15,9 @@ Three discretisations, each with a stated direction:
   connect-the-dots formulas on the hull values (Doroshenko et al., *Connect the Dots*, Algorithm 2).
   The hull lies under the true curve and is itself a valid hockey-stick curve.
 * :func:`privacy_buckets` -- the classic rounding of losses up (pessimistic) or
-  down (optimistic); kept only as a comparison baseline.
+  down (optimistic); a comparison baseline, and the optimistic side's fall-back:
+* :func:`optimistic` -- the optimistic PLD the accountants use: the hull, or the losses
+  rounded down where the pair's Q-mass lies left of the grid and the hull lost it.
 
 Every function also returns, in ``DiscretePLD.mass_err``, a bound on the
 floating-point error of each mass; the composition adds it on the pessimistic
@@ -35,7 +37,7 @@ from ..profiles.base import (MAX_SINGLE_LOSS, SF_REL_ACCURACY, TAIL_FROM, TAIL_L
                              VALUE_ABS_FLOOR, PrivacyProfile, cell_errors, loss_range, value_error)
 
 __all__ = ["Grid", "grid_for", "hull_offset", "connect_the_dots", "lattice_points", "kept_points",
-           "convex_hull_optimistic", "privacy_buckets"]
+           "convex_hull_optimistic", "optimistic", "privacy_buckets"]
 
 _U = np.finfo(float).eps / 2  # unit round-off
 _N_TANGENTS = 512  # tangent points tried in the cell around 0 of an offset lattice
@@ -526,6 +528,44 @@ def convex_hull_optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     c[istar + 1] = min(c[istar + 1], tau_r(b))
     ec = _candidate_errors(eps, x, hv, s, s_left, s_left0, grid.h, middle=(istar - 1, istar, istar + 1))
     return _hull_pld(x, c, hv, grid, profile, ec)
+
+
+def optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
+    """The optimistic PLD of ``profile`` on ``grid``: the tangents + hull PLD
+    (:func:`convex_hull_optimistic`), or the losses rounded down (:func:`privacy_buckets`) where
+    the hull has pushed a mass to the grid's first point and rounding down keeps a larger mean
+    loss (docs/MATH.md 3.4, "Q-mass left of the grid").
+
+    The hull is a curve under h drawn from the point (0, 1); where the pair's Q-mass lies far left
+    of the grid (the loss range is cut at the P-tail, e.g. an add-direction pair with its Q-mass q
+    near -1/(2 sigma^2)), its first chord must fall with slope -1, and the whole curve collapses
+    to about 1 - alpha: a 2-step delta(0) of 2e-6 against 0.349.  Rounding every loss down to the
+    grid (mass below the first point dropped to -inf) gives a stochastically smaller loss, hence a
+    lower delta for every composition (each composed loss is lowered pointwise): optimistic as
+    well, and there within h of the truth.  Either is certified; the choice is only a matter of
+    tightness, and is made when the hull's first mass exceeds twice P(L <= eps_1) (elsewhere the
+    hull, O(h^2), is kept without computing the other).  Guarantee: optimistic."""
+    hull = convex_hull_optimistic(profile, grid)
+    first = float(hull.masses[0]) if hull.start == grid.start and hull.masses.size else 0.0
+    if not first > 1e-9:
+        return hull
+    try:
+        bottom = float(profile.cdf_p(grid.eps[min(1, grid.n - 1)]))
+    except (ValueError, ArithmeticError):
+        return hull
+    if not first > 2.0 * bottom + 1e-9:
+        return hull
+    down = privacy_buckets(profile, grid, pessimistic=False)
+    return down if _mean_loss(down) > _mean_loss(hull) else hull
+
+
+def _mean_loss(pld: DiscretePLD) -> float:
+    """The mean of a finite-grid PLD's losses, mass missing from 1 counted one spacing below its
+    first point, +inf mass one spacing above its last (a comparison of two PLDs on one grid)."""
+    x = (pld.start + np.arange(pld.masses.size)) * pld.h + pld.shift
+    m = np.asarray(pld.masses, dtype=float)
+    missing = max(1.0 - float(m.sum()) - pld.p_inf, 0.0)
+    return float(m @ x) + missing * (x[0] - pld.h) + pld.p_inf * (x[-1] + pld.h)
 
 
 def _middle_cell(profile, e_a: float, e_b: float, c_a: float, c_b: float) -> tuple[float, float, float]:
