@@ -30,7 +30,7 @@ from .base import branch_labels
 
 _U = np.finfo(float).eps / 2
 
-__all__ = ["FACTORS", "MARGIN", "NEAR_ONE", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta",
+__all__ = ["FACTORS", "LONG", "LONG_SECONDS", "MARGIN", "NEAR_ONE", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta",
            "chernoff_lower_delta", "rdp_delta", "rdp_epsilon", "sharpen", "wide"]
 
 #: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
@@ -41,6 +41,11 @@ FACTORS = (4, 16)
 TINY = 1e-10
 #: wide delta answers whose upper end is above this also ask the Chernoff lower bound (delta near 1)
 NEAR_ONE = 0.5
+#: compositions of at least this many steps (the central-limit regime) also ask the saddle-point
+#: bounds for every wide answer, not only tiny ones, while the time is there
+LONG = 10_000
+#: ... for at most this many seconds (and never past the deadline)
+LONG_SECONDS = 10.0
 #: the saddle-point bounds get at most this many seconds (their cumulant tables stop there; for a
 #: grid limited by its budgets, all the time left), and are asked only while at least half of it
 #: is left before the deadline
@@ -149,7 +154,8 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     f times finer (None: step 1 is skipped); ``components``: (mechanism, count) pairs (the
     Chernoff bound) and ``events``: (event, count) pairs (the saddle-point accountant) of the
     composition; ``analytic_everywhere``: ask the saddle-point bounds for every wide answer,
-    not only tiny ones (a grid limited by its budgets: the central-limit regime);
+    not only tiny ones (a grid limited by its budgets: the central-limit regime; so are
+    compositions of :data:`LONG` steps or more, within SPA_SECONDS);
     ``analytic=False``: step 1 only (answers that are not delta or eps, e.g. trade-off powers);
     ``exact(xs)``: certified (lower, upper) of a single step composed once read off its own curve
     (:mod:`.single_step`), asked after step 1; the saddle-point bounds are then not asked (for one
@@ -244,14 +250,19 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
             _merge(lo, up, l2, np.full(idx.size, np.inf), idx)
         except _SKIP:
             pass
-    ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere)
+    long = sum(int(k) for _, k in events) >= LONG
+    ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere | long)
     idx = np.nonzero(ask)[0]
     if idx.size and events and exact is None and left() > SPA_SECONDS / 2 + MARGIN:
         from .spa import SPAAccountant
 
         # (a grid limited by its budgets has nothing better to spend the time left on: the tables
-        # may use all of it; elsewhere they get SPA_SECONDS)
-        seconds = max(SPA_SECONDS, left() - MARGIN) if analytic_everywhere else SPA_SECONDS
+        # may use all of it; a long composition all of it up to LONG_SECONDS; elsewhere SPA_SECONDS)
+        seconds = SPA_SECONDS
+        if analytic_everywhere:
+            seconds = max(SPA_SECONDS, left() - MARGIN)
+        elif long:
+            seconds = max(SPA_SECONDS, min(left(), LONG_SECONDS) - MARGIN)
         try:  # (its cumulant tables stop short of the deadline: CGFDeadline)
             stop = time.perf_counter() + seconds
             with cgf_deadline(stop if deadline is None else min(stop, deadline - MARGIN)):
