@@ -544,7 +544,9 @@ def optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     lower delta for every composition (each composed loss is lowered pointwise): optimistic as
     well, and there within h of the truth.  Either is certified; the choice is only a matter of
     tightness, and is made when the hull's first mass exceeds twice P(L <= eps_1) (elsewhere the
-    hull, O(h^2), is kept without computing the other).  Guarantee: optimistic."""
+    hull, O(h^2), is kept without computing the other) and the rounded-down mean loss is more than
+    one spacing above the hull's (a hull that kept its mass is within h of the truth's mean, and
+    then stays: it is the tighter one).  Guarantee: optimistic."""
     hull = convex_hull_optimistic(profile, grid)
     first = float(hull.masses[0]) if hull.start == grid.start and hull.masses.size else 0.0
     if not first > 1e-9:
@@ -556,7 +558,7 @@ def optimistic(profile: PrivacyProfile, grid: Grid) -> DiscretePLD:
     if not first > 2.0 * bottom + 1e-9:
         return hull
     down = privacy_buckets(profile, grid, pessimistic=False)
-    return down if _mean_loss(down) > _mean_loss(hull) else hull
+    return down if _mean_loss(down) > _mean_loss(hull) + grid.h else hull
 
 
 def _mean_loss(pld: DiscretePLD) -> float:
