@@ -392,3 +392,31 @@ def test_long_compositions_ask_the_central_limit_bounds_for_every_wide_answer():
             assert lo[0] <= truth <= up[0]
         else:
             assert lo[0] == 0.5 * truth and up[0] == 1.5 * truth
+
+
+def test_sharpen_option_turns_sharpening_on_for_an_explicit_spacing_and_off_everywhere():
+    """``sharpen=True``: an explicit spacing's wide answer is asked again on finer grids (43 discrete
+    Laplace steps of scale 13.8, eps(5.76e-6) at h = 0.01: 3.8% wide as asked, under 1% sharpened).
+    ``sharpen=False``: an automatic grid's wide answer is left as the grid gives it (a delta of
+    about 3e-45 at the grid's floor, 1e-35, where the default carries it by the saddle-point
+    bounds).  All contain the exact binomial truth.  Anything but True, False, None: TypeError."""
+    scale, k, delta = 13.8, 43, 5.7562520093770086e-06
+    exact = float(dlaplace_eps(scale, k, delta))
+    ev = E.DiscreteLaplaceEvent(scale)
+    asked = PLDAccountant("add_remove", spacing=0.01).compose(ev, k).epsilon(delta)
+    sharp = PLDAccountant("add_remove", spacing=0.01, sharpen=True).compose(ev, k)
+    assert sharp.fresh().sharpen is True
+    iv = sharp.epsilon(delta)
+    assert _width(asked, "eps") > 0.01 and _width(iv, "eps") < 0.01, (asked, iv)
+    for a in (asked, iv):
+        assert a.lower <= exact * (1 + 1e-9) and exact <= a.upper * (1 + 1e-9), (a, exact)
+    # (the saddle-point case of test_tiny_delta_carried_by_saddle_point_bounds: the floor stays)
+    e3 = E.DiscreteLaplaceEvent(3.44)
+    truth = float(dlaplace_delta(3.44, 1135, 178.54346530511984))
+    on = PLDAccountant("remove").compose(e3, 1135).delta(178.54346530511984)
+    off = PLDAccountant("remove", sharpen=False).compose(e3, 1135).delta(178.54346530511984)
+    assert off.upper > 1e-35 > 10 * truth > on.upper and off.lower <= truth <= off.upper, (on, off, truth)
+    for bad in ("yes", 1, 0.5):
+        with pytest.raises(TypeError, match="sharpen"):
+            PLDAccountant("add", sharpen=bad)
+    assert pldlib.account(pldlib.Gaussian(1.0), steps=10, sharpen=False).sharpen is False

@@ -52,7 +52,7 @@ REFUSE_SHARE = 0.5
 def account(mechanism, steps: int | None = None, *, spacing: float | None = None, interval: float | None = None,
             max_bins: int = DEFAULT_MAX_BINS, discretisation: str = "connect_the_dots",
             lower_bound: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-            time_budget: float | None = DEFAULT_TIME_BUDGET) -> "PLDAccountant":
+            time_budget: float | None = DEFAULT_TIME_BUDGET, sharpen: bool | None = None) -> "PLDAccountant":
     """Account for ``steps`` compositions of ``mechanism`` (or a heterogeneous list).
 
     Parameters
@@ -92,6 +92,12 @@ def account(mechanism, steps: int | None = None, *, spacing: float | None = None
         budget is interrupted between FFTs and discretisation passes; the query keeps the
         answers it has certified, or answers the trivial interval, flagged.  The budget never
         applies to an explicit ``spacing``.
+    sharpen : ``None`` (default): an answer of the automatic grid wider than 1% is asked again
+        on grids 4 and 16 times finer within the time budget, then of the analytic bounds, and
+        the intersection of the certified intervals is returned (docs/MATH.md 5.9); an explicit
+        ``spacing`` is answered at that spacing.  ``True``: an explicit spacing's wide answers
+        too (within ``time_budget``; the answers then depend on the time it leaves).
+        ``False``: no answer is sharpened (each is read off its grid).
 
     Unsampled Gaussian, randomized-response and (eps0, delta0)-DP steps are answered
     exactly (:mod:`pldlib.exact`, docs/MATH.md section 12): all unsampled Gaussians
@@ -107,7 +113,7 @@ def account(mechanism, steps: int | None = None, *, spacing: float | None = None
     spacing = V.spacing_option(spacing, interval)
     return PLDAccountant.for_mechanism(mechanism, steps, spacing=spacing, max_bins=max_bins,
                                        discretisation=discretisation, lower_bound=lower_bound,
-                                       memory_budget=memory_budget, time_budget=time_budget)
+                                       memory_budget=memory_budget, time_budget=time_budget, sharpen=sharpen)
 
 
 def account_steps(mechanism: Mechanism, steps_list: Sequence[int], *, spacing: float | None = None,
@@ -291,9 +297,13 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
     def __init__(self, relation: str = "add_remove", *, spacing: float | None = None,
                  interval: float | None = None, max_bins: int = DEFAULT_MAX_BINS,
                  discretisation: str = "connect_the_dots", lower_bound: bool = True,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET, time_budget: float | None = DEFAULT_TIME_BUDGET):
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, time_budget: float | None = DEFAULT_TIME_BUDGET,
+                 sharpen: bool | None = None):
         super().__init__(relation)
         spacing = V.spacing_option(spacing, interval)
+        if sharpen is not None and not isinstance(sharpen, (bool, np.bool_)):
+            raise TypeError(f"sharpen must be True, False or None, got {V.fmt(sharpen)}")
+        self.sharpen = None if sharpen is None else bool(sharpen)
         self.memory_budget = V.positive_int("memory_budget", memory_budget)
         self.time_budget = None if time_budget is None else V.positive_finite("time_budget", time_budget)
         self._deadline = None
@@ -324,6 +334,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
             out["memory_budget"] = self.memory_budget
         if self.time_budget != DEFAULT_TIME_BUDGET:
             out["time_budget"] = self.time_budget
+        if self.sharpen is not None:
+            out["sharpen"] = self.sharpen
         return out
 
     def epsilon_per_steps(self, event, steps, deltas):
@@ -951,18 +963,22 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         its budgets, for every wide answer (the long compositions whose grid is coarse are the
         central-limit regime, where the Berry-Esseen bounds are tight).
 
-        Only automatic grids are sharpened (an explicit spacing is the user's accuracy: only a single
+        Only automatic grids are sharpened, unless ``sharpen=True`` (``sharpen=False``: none; an
+        explicit spacing is the user's accuracy: only a single
         step composed once is intersected with its own curve, as its delta answers are); with
         (eps0, delta0) steps the analytic bounds of the rest are wrapped with their +inf mass, never
         random allocation's lattice bounds (their width is the gap between proven bounds; its exact
         two-step pairs, MATH 13.13, are sharpened) or an upper-only accountant; an accuracy-limited
         one (its budgets spent) gets the analytic bounds only."""
-        if self.upper_only or not self._branches or any(_lattice_epoch(m) for m, _ in self._eff):
+        if self.upper_only or not self._branches or any(_lattice_epoch(m) for m, _ in self._eff) \
+                or self.__dict__.get("sharpen") is False:
             return lo, up
-        # an explicit spacing, the shared-spacing tables of account_steps and the finer grids asked
-        # here keep their grid: only what needs none is read -- a single step's own curve, the exact
-        # part's lower ends (milliseconds; the tables' answers stay equal to account(..., spacing=h)'s)
-        grid_fixed = not self._auto_grid() or self.__dict__.get("_sharpening")
+        # an explicit spacing (unless sharpen=True), the shared-spacing tables of account_steps and
+        # the finer grids asked here keep their grid: only what needs none is read -- a single step's
+        # own curve, the exact part's lower ends (milliseconds; the tables' answers stay equal to
+        # account(..., spacing=h)'s)
+        grid_fixed = (not self._auto_grid() and self.__dict__.get("sharpen") is not True) \
+            or self.__dict__.get("_sharpening")
 
         def finer(f, xs):
             acc = PLDAccountant(self.relation, spacing=self.spacing / f, discretisation=self.discretisation,
