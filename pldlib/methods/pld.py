@@ -832,7 +832,10 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                                                   lambda: grid.epsilon_bounds(deltas))
                     except PrecisionLimitError as err:  # (beyond the grid: a single step reads its own curve)
                         lo, up = self._one_step_instead(deltas, err)
-                    lo, up = self._sharpen("eps", deltas, lo, up, t_start)
+                    # (an answer reaching below 0 is bracketed on the reversed curve next, tighter
+                    # than the long compositions' saddle-point bounds: those are not asked for it)
+                    lo, up = self._sharpen("eps", deltas, lo, up, t_start,
+                                           long_ok=None if self.upper_only else ~(lo < 0))
                 lo, up = self._negative_epsilon(deltas, lo, up, t_start)
             except DeadlineExceeded:
                 return self._out_of_time("eps", deltas, scalar)
@@ -956,7 +959,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
         rest = {id(e) for e, _ in sp.rest}
         return X.whole_exact([(e, k) for e, k in steps if id(e) not in rest], self.relation)
 
-    def _sharpen(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float):
+    def _sharpen(self, kind: str, x: np.ndarray, lo: np.ndarray, up: np.ndarray, t_start: float,
+                 long_ok=None):
         """Narrow answers wider than 1% (:func:`pldlib.methods.sharpen.sharpen`, docs/MATH.md 5.9):
         the same composition on grids 4 and 16 times finer while that fits the time budget, then
         the analytic (Chernoff, saddle-point) bounds at tiny scales -- and, for a grid limited by
@@ -1005,7 +1009,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                              components=self._eff, events=[(s.event, k) for s, k in self._steps],
                              analytic_everywhere=self.accuracy_limited,
                              analytic=not grid_fixed, pinf=self._pinf,
-                             exact=None if one is None else (lambda xs: read(one, xs)), part=part)
+                             exact=None if one is None else (lambda xs: read(one, xs)), part=part,
+                             long_ok=long_ok)
         finally:
             self._sharpening = before
 
@@ -1153,7 +1158,10 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                         l2, u2 = with_unamplified(self._steps, self.relation, self.upper_only, "delta", e2,
                                                   lambda: grid.delta_bounds(e2))
                         l2, u2 = self._one_step("delta", e2, l2, u2)
-                        l2, u2 = self._sharpen("delta", e2, l2, u2, t_start)
+                        # (eps < 0 of the other relation's reversed curve next, tighter than the
+                        # long compositions' saddle-point bounds: those are not asked for it)
+                        later = not own and self._reversal_applies()
+                        l2, u2 = self._sharpen("delta", e2, l2, u2, t_start, long_ok=~(e2 < 0) if later else None)
                         lo[todo], up[todo] = SS.intersect(np.nan_to_num(l2, nan=0.0), np.nan_to_num(u2, nan=1.0),
                                                           lo[todo], up[todo])
                 with np.errstate(invalid="ignore"):  # eps < 0, wider than 1% (or unanswered)

@@ -145,7 +145,7 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
             finer: Callable[[float, np.ndarray], object] | None, relation: str, components: Sequence,
             events: Sequence, analytic_everywhere: bool = False, analytic: bool = True,
             exact: Callable[[np.ndarray], tuple] | None = None, pinf: tuple[float, float] = (0.0, 0.0),
-            part: Callable[[np.ndarray], tuple] | None = None):
+            part: Callable[[np.ndarray], tuple] | None = None, long_ok=None):
     """The sharpened (lower, upper) of answers ``lo``, ``up`` to queries ``x`` (``kind`` "eps":
     deltas asked; "delta": epsilons asked).
 
@@ -165,7 +165,9 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     ``components`` are wrapped so, and the Renyi-DP and saddle-point bounds (of ``events``, which
     do not take such steps) are not asked; ``part(xs)``: certified (lower, upper) of a part of the
     composition (its exact steps): a post-processing of the whole, so its lower ends bound the
-    whole's from below (asked with ``exact``, whatever ``analytic``).
+    whole's from below (asked with ``exact``, whatever ``analytic``); ``long_ok``: where the rule of
+    :data:`LONG` may apply (default everywhere; the PLD accountant leaves out answers that its
+    reversed curve reads next, which it does tighter).
     """
     lo, up = np.array(lo, dtype=float), np.array(up, dtype=float)
     if not wide(kind, lo, up).any():
@@ -250,7 +252,9 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
             _merge(lo, up, l2, np.full(idx.size, np.inf), idx)
         except _SKIP:
             pass
-    long = sum(int(k) for _, k in events) >= LONG
+    long = np.full(lo.shape, sum(int(k) for _, k in events) >= LONG)
+    if long_ok is not None:
+        long &= np.asarray(long_ok, dtype=bool)
     ask = wide(kind, lo, up) & (((up < TINY) if kind == "delta" else small) | analytic_everywhere | long)
     idx = np.nonzero(ask)[0]
     if idx.size and events and exact is None and left() > SPA_SECONDS / 2 + MARGIN:
@@ -261,7 +265,7 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
         seconds = SPA_SECONDS
         if analytic_everywhere:
             seconds = max(SPA_SECONDS, left() - MARGIN)
-        elif long:
+        elif long[idx].any():
             seconds = max(SPA_SECONDS, min(left(), LONG_SECONDS) - MARGIN)
         try:  # (its cumulant tables stop short of the deadline: CGFDeadline)
             stop = time.perf_counter() + seconds
