@@ -30,8 +30,8 @@ from .base import branch_labels
 
 _U = np.finfo(float).eps / 2
 
-__all__ = ["FACTORS", "LONG", "LONG_SECONDS", "MARGIN", "NEAR_ONE", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH", "chernoff_delta",
-           "chernoff_lower_delta", "rdp_delta", "rdp_epsilon", "sharpen", "wide"]
+__all__ = ["FACTORS", "LONG", "LONG_SECONDS", "MARGIN", "NEAR_ONE", "SPA_SECONDS", "SPA_T_RANGE", "TINY", "WIDTH",
+           "chernoff_delta", "chernoff_lower_delta", "rdp_delta", "rdp_epsilon", "sharpen", "wide"]
 
 #: answers wider than this (relative to the upper end; eps: at least 1e-3) are sharpened
 WIDTH = 0.01
@@ -155,7 +155,7 @@ def sharpen(kind: str, x: np.ndarray, lo, up, *, took: float, deadline: float | 
     Chernoff bound) and ``events``: (event, count) pairs (the saddle-point accountant) of the
     composition; ``analytic_everywhere``: ask the saddle-point bounds for every wide answer,
     not only tiny ones (a grid limited by its budgets: the central-limit regime; so are
-    compositions of :data:`LONG` steps or more, within SPA_SECONDS);
+    compositions of :data:`LONG` steps or more, with the time left up to :data:`LONG_SECONDS`);
     ``analytic=False``: step 1 only (answers that are not delta or eps, e.g. trade-off powers);
     ``exact(xs)``: certified (lower, upper) of a single step composed once read off its own curve
     (:mod:`.single_step`), asked after step 1; the saddle-point bounds are then not asked (for one
