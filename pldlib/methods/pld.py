@@ -832,10 +832,11 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                                                   lambda: grid.epsilon_bounds(deltas))
                     except PrecisionLimitError as err:  # (beyond the grid: a single step reads its own curve)
                         lo, up = self._one_step_instead(deltas, err)
-                    # (an answer reaching below 0 is bracketed on the reversed curve next, tighter
-                    # than the long compositions' saddle-point bounds: those are not asked for it)
+                    # (an answer below 0 is bracketed on the reversed curve next, tighter than the
+                    # long compositions' saddle-point bounds: those are not asked for it; an answer
+                    # across 0 gets them -- the bracket cannot place a positive eps)
                     lo, up = self._sharpen("eps", deltas, lo, up, t_start,
-                                           long_ok=None if self.upper_only else ~(lo < 0))
+                                           long_ok=None if self.upper_only else ~(up < 0))
                 lo, up = self._negative_epsilon(deltas, lo, up, t_start)
             except DeadlineExceeded:
                 return self._out_of_time("eps", deltas, scalar)
