@@ -347,10 +347,10 @@ def test_calibrate_sharpens_only_answers_that_straddle_the_target(monkeypatch):
     seen = []
     real = PLDAccountant._sharpen
 
-    def spy(self, kind, x, lo, up, t_start):
+    def spy(self, kind, x, lo, up, t_start, **kw):
         if not self.__dict__.get("_sharpening"):
             seen.append((float(lo[0]), float(up[0])))
-        return real(self, kind, x, lo, up, t_start)
+        return real(self, kind, x, lo, up, t_start, **kw)
 
     monkeypatch.setattr(PLDAccountant, "_sharpen", spy)
     r = pldlib.calibrate(1.0, 1e-5, q=0.01, steps=100, sigma_guess=1e-3)

@@ -111,7 +111,7 @@ def test_a_companion_never_builds_another(monkeypatch):
         seen.append(type(acc).__name__)
         return real(acc)
 
-    def sharpen_with_spa(self, kind, x, lo, up, t_start):  # (the companion asks SPA, as sharpening may)
+    def sharpen_with_spa(self, kind, x, lo, up, t_start, **kw):  # (the companion asks SPA, as sharpening may)
         SPAAccountant(self.relation, on_edge="flag").compose(*[(s.event, k) for s, k in self._steps][0]).delta(x)
         return lo, up
 
