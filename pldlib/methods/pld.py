@@ -1142,7 +1142,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                 else:
                     lo, up = np.full(eps.size, np.nan), np.full(eps.size, np.nan)
                     todo = np.arange(eps.size)
-                    own = self.REVERSED.get(self.relation) == self.relation and self._reversal_applies()
+                    reversible = self._reversal_applies()
+                    own = self.REVERSED.get(self.relation) == self.relation and reversible
                     if own and (eps < 0).any():
                         # eps < 0 off its own curve at -eps > 0 first (MATH 0.5), where the grid is
                         # made for the answers: the grid below 0 is then read only where still wide
@@ -1161,8 +1162,8 @@ class PLDAccountant(GridPolicy, BudgetPolicy, Accountant):
                         l2, u2 = self._one_step("delta", e2, l2, u2)
                         # (eps < 0 of the other relation's reversed curve next, tighter than the
                         # long compositions' saddle-point bounds: those are not asked for it)
-                        later = not own and self._reversal_applies()
-                        l2, u2 = self._sharpen("delta", e2, l2, u2, t_start, long_ok=~(e2 < 0) if later else None)
+                        l2, u2 = self._sharpen("delta", e2, l2, u2, t_start,
+                                               long_ok=~(e2 < 0) if reversible and not own else None)
                         lo[todo], up[todo] = SS.intersect(np.nan_to_num(l2, nan=0.0), np.nan_to_num(u2, nan=1.0),
                                                           lo[todo], up[todo])
                 with np.errstate(invalid="ignore"):  # eps < 0, wider than 1% (or unanswered)
